@@ -1,0 +1,18 @@
+"""scTrilemma: a gene-token Perceiver VAE for single-cell RNA-seq behind the scvi-tools API."""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import PackageNotFoundError, version
+
+from . import data, module, nn
+from .model import SCTrilemma
+
+try:
+    __version__ = version("sctrilemma")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without installation
+    __version__ = "0.0.0"
+
+logger = logging.getLogger("sctrilemma")
+
+__all__ = ["SCTrilemma", "data", "module", "nn"]

@@ -1,0 +1,3 @@
+from ._model import SCTrilemma
+
+__all__ = ["SCTrilemma"]

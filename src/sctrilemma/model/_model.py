@@ -1,0 +1,538 @@
+"""The user-facing SCTrilemma model (scvi-tools ``BaseModelClass``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from scvi import REGISTRY_KEYS, settings
+from scvi.data import AnnDataManager, fields
+from scvi.model.base import BaseModelClass, UnsupervisedTrainingMixin, VAEMixin
+from scvi.data._utils import _check_if_view
+from scvi.utils import setup_anndata_dsp
+
+from sctrilemma._constants import SCT_MODULE_KEYS, SCT_REGISTRY_KEYS
+from sctrilemma.model._presets import resolve_preset
+from sctrilemma.model._prior_setup import PriorSetupMixin
+from sctrilemma._validation import (
+    cell_statistics,
+    check_counts,
+    check_no_empty_cells,
+    check_obs_keys,
+    registered_matrix_name,
+)
+from sctrilemma.module import SCTrilemmaModule
+from sctrilemma.train import SCTrilemmaTrainingPlan
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from anndata import AnnData
+    from mudata import MuData
+
+    from sctrilemma.model._presets import Preset
+    from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
+
+logger = logging.getLogger(__name__)
+
+MIN_EXPRESSED_GENES = 5
+PriorOption = Literal["pseudobulk", "normal", "shuffled"]
+
+
+class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass):
+    """scTrilemma: a gene-token Perceiver VAE with E-Gate, C-Route and PB-Cond :cite:p:`sctrilemma`.
+
+    Parameters
+    ----------
+    adata
+        AnnData (or MuData) registered with :meth:`setup_anndata` (or :meth:`setup_mudata`).
+    registry
+        Registry of a saved model; used by :meth:`load` to build a model without data.
+    preset
+        ``"paper"`` (the paper's sizes) or ``"small"`` (a CPU-sized model); the size arguments
+        below override it.
+    n_hidden
+        Token width ``d``.
+    n_latent_tokens
+        Number ``K`` of latent tokens.
+    crop_size
+        Gene positions per cell.
+    n_encoder_layers, n_decoder_layers
+        Cross-attention blocks in the encoder and the decoder.
+    n_heads
+        Attention heads.
+    dropout_rate
+        Dropout rate.
+    prior
+        ``"pseudobulk"`` (PB-Cond), ``"normal"``, or ``"shuffled"`` (PB-Cond with a global random
+        permutation of groups to codes, a control).
+    n_prior_codes
+        Number ``M`` of pseudo-bulk centroids.
+    gene_encoding
+        ``"gate"`` (E-Gate) or ``"additive"`` (ablation).
+    decoder_query
+        ``"gate"`` (C-Route), ``"additive"`` or ``"none"`` (ablations).
+    pooling
+        ``"mean"`` (paper) or ``"attention"`` (ablation).
+    **module_kwargs
+        Passed to :class:`~sctrilemma.module.SCTrilemmaModule`.
+
+    Examples
+    --------
+    >>> adata = sctrilemma.data.load_example()
+    >>> sctrilemma.SCTrilemma.setup_anndata(adata, donor_key="donor")
+    >>> model = sctrilemma.SCTrilemma(adata, preset="small")
+    >>> model.train(max_epochs=5)
+    >>> adata.obsm["X_sctrilemma"] = model.get_latent_representation()
+
+    See Also
+    --------
+    sctrilemma.module.SCTrilemmaModule
+    """
+
+    _module_cls = SCTrilemmaModule
+    _training_plan_cls = SCTrilemmaTrainingPlan
+
+    def __init__(
+        self,
+        adata: AnnData | MuData | None = None,
+        registry: dict | None = None,
+        preset: Preset = "paper",
+        n_hidden: int | None = None,
+        n_latent_tokens: int | None = None,
+        crop_size: int | None = None,
+        n_encoder_layers: int | None = None,
+        n_decoder_layers: int | None = None,
+        n_heads: int | None = None,
+        dropout_rate: float | None = None,
+        prior: PriorOption = "pseudobulk",
+        n_prior_codes: int = 32,
+        gene_encoding: GeneEncoding = "gate",
+        decoder_query: DecoderQuery = "gate",
+        pooling: Pooling = "mean",
+        **module_kwargs,
+    ) -> None:
+        super().__init__(adata, registry)
+        if prior not in ("pseudobulk", "normal", "shuffled"):
+            raise ValueError(f"`prior` must be 'pseudobulk', 'normal' or 'shuffled', got {prior!r}.")
+        sizes = resolve_preset(
+            preset,
+            {
+                "n_hidden": n_hidden,
+                "n_latent_tokens": n_latent_tokens,
+                "crop_size": crop_size,
+                "n_encoder_layers": n_encoder_layers,
+                "n_decoder_layers": n_decoder_layers,
+                "n_heads": n_heads,
+                "dropout_rate": dropout_rate,
+            },
+        )
+        self.prior_ = prior
+        self.pseudobulk_codebook_: dict | None = None
+        self.gene_names_ = None if adata is None else _gene_names(adata, self.registry_)
+        self.module = self._module_cls(
+            self.summary_stats.n_vars,
+            **sizes,
+            prior="normal" if prior == "normal" else "pseudobulk",
+            n_prior_codes=n_prior_codes,
+            gene_encoding=gene_encoding,
+            decoder_query=decoder_query,
+            pooling=pooling,
+            **module_kwargs,
+        )
+        self._model_summary_string = (
+            f"SCTrilemma (preset={preset!r}): {self.summary_stats.n_vars} genes, d={sizes['n_hidden']}, "
+            f"K={sizes['n_latent_tokens']}, crop={sizes['crop_size']}, "
+            f"blocks={sizes['n_encoder_layers']}+{sizes['n_decoder_layers']}, heads={sizes['n_heads']}, "
+            f"prior={prior!r}, gene_encoding={gene_encoding!r}, decoder_query={decoder_query!r}, "
+            f"pooling={pooling!r}, {sum(p.numel() for p in self.module.parameters()):,} parameters"
+        )
+        self.init_params_ = self._get_init_params(locals())
+        logger.info(self._model_summary_string)
+
+    # ------------------------------------------------------------------ setup
+    @classmethod
+    @setup_anndata_dsp.dedent
+    def setup_anndata(
+        cls,
+        adata: AnnData,
+        layer: str | None = None,
+        donor_key: str | None = None,
+        dataset_key: str | None = None,
+        **kwargs,
+    ) -> None:
+        """%(summary)s.
+
+        Parameters
+        ----------
+        %(param_adata)s
+        layer
+            Layer with raw counts; ``None`` uses ``adata.X``.
+        donor_key
+            Column of ``adata.obs`` with the donor of each cell. Donors define PB-Cond's groups.
+        dataset_key
+            Column of ``adata.obs`` with the dataset (study) of each cell; one dataset when ``None``.
+        **kwargs
+            Passed to :meth:`~scvi.data.AnnDataManager.register_fields`.
+        """
+        setup_method_args = cls._get_setup_method_args(**locals())
+        if not kwargs.get("source_registry"):
+            check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
+            matrix = adata.X if layer is None else _layer(adata, layer)
+            check_counts(matrix, where=registered_matrix_name(adata, layer))
+        anndata_fields = [
+            fields.LayerField(REGISTRY_KEYS.X_KEY, layer, is_count_data=True),
+            fields.CategoricalObsField(REGISTRY_KEYS.BATCH_KEY, None),
+            fields.CategoricalObsField(SCT_REGISTRY_KEYS.DONOR_KEY, donor_key),
+            fields.CategoricalObsField(SCT_REGISTRY_KEYS.DATASET_KEY, dataset_key),
+        ]
+        adata_manager = AnnDataManager(fields=anndata_fields, setup_method_args=setup_method_args)
+        adata_manager.register_fields(adata, **kwargs)
+        cls.register_manager(adata_manager)
+
+    @classmethod
+    @setup_anndata_dsp.dedent
+    def setup_mudata(
+        cls,
+        mdata: MuData,
+        rna_layer: str | None = None,
+        donor_key: str | None = None,
+        dataset_key: str | None = None,
+        modalities: dict[str, str] | None = None,
+        **kwargs,
+    ) -> None:
+        """%(summary_mdata)s.
+
+        Only the RNA modality is modelled (e.g. the gene-expression part of multiome data).
+
+        Parameters
+        ----------
+        %(param_mdata)s
+        rna_layer
+            Layer of the RNA modality with raw counts; ``None`` uses its ``.X``.
+        donor_key
+            Column of ``mdata.obs`` (or of the modality named in ``modalities``) with donors.
+        dataset_key
+            Column with datasets; one dataset when ``None``.
+        modalities
+            Maps setup arguments to modality names; ``{"rna_layer": "rna"}`` by default.
+        **kwargs
+            Passed to :meth:`~scvi.data.AnnDataManager.register_fields`.
+
+        Examples
+        --------
+        >>> sctrilemma.SCTrilemma.setup_mudata(mdata, donor_key="donor", modalities={"rna_layer": "rna"})
+        """
+        setup_method_args = cls._get_setup_method_args(**locals())
+        modalities = cls._create_modalities_attr_dict(modalities or {"rna_layer": "rna"}, setup_method_args)
+        if modalities.rna_layer is None or modalities.rna_layer not in mdata.mod:
+            raise ValueError(
+                f"RNA modality {modalities.rna_layer!r} not found in the MuData (modalities: {list(mdata.mod)}). "
+                "Pass `modalities={'rna_layer': NAME}`."
+            )
+        if not kwargs.get("source_registry"):
+            for argument, column in {"donor_key": donor_key, "dataset_key": dataset_key}.items():
+                mod = getattr(modalities, argument)
+                obs = mdata.obs if mod is None else mdata.mod[mod].obs
+                check_obs_keys(obs, {argument: column}, where="mdata.obs" if mod is None else f"mdata.mod[{mod!r}].obs")
+            rna = mdata.mod[modalities.rna_layer]
+            matrix = rna.X if rna_layer is None else _layer(rna, rna_layer)
+            check_counts(matrix, where=registered_matrix_name(rna, rna_layer, modalities.rna_layer))
+        mudata_fields = [
+            fields.MuDataLayerField(
+                REGISTRY_KEYS.X_KEY, rna_layer, mod_key=modalities.rna_layer, is_count_data=True, mod_required=True
+            ),
+            fields.MuDataCategoricalObsField(REGISTRY_KEYS.BATCH_KEY, None, mod_key=None),
+            fields.MuDataCategoricalObsField(SCT_REGISTRY_KEYS.DONOR_KEY, donor_key, mod_key=modalities.donor_key),
+            fields.MuDataCategoricalObsField(
+                SCT_REGISTRY_KEYS.DATASET_KEY, dataset_key, mod_key=modalities.dataset_key
+            ),
+        ]
+        adata_manager = AnnDataManager(fields=mudata_fields, setup_method_args=setup_method_args)
+        adata_manager.register_fields(mdata, **kwargs)
+        cls.register_manager(adata_manager)
+
+    def _validate_anndata(self, adata: AnnData | MuData | None = None, copy_if_view: bool = True) -> AnnData:
+        """Register new data from the model's setup (new donors allowed) after checking genes and counts."""
+        if adata is None or self.get_anndata_manager(adata) is not None:
+            return super()._validate_anndata(adata, copy_if_view=copy_if_view)
+        genes = _gene_names(adata, self.registry_)
+        if self.gene_names_ is not None and not np.array_equal(genes, self.gene_names_):
+            shared = np.intersect1d(genes, self.gene_names_).size
+            raise ValueError(
+                f"The data's genes differ from the model's ({genes.size} vs {self.gene_names_.size} genes, "
+                f"{shared} shared, or a different order). Subset and order them as the model's: "
+                "`adata[:, model.gene_names_]` when all are present."
+            )
+        setup_args = self.registry_["setup_args"]
+        method = getattr(type(self), self.registry_.get("setup_method_name", "setup_anndata"))
+        _check_if_view(adata, copy_if_view=copy_if_view)
+        method(adata, source_registry=self.registry_, extend_categories=True, **setup_args)
+        manager = self._get_most_recent_anndata_manager(adata, required=True)
+        check_counts(manager.get_from_registry(REGISTRY_KEYS.X_KEY), where="the data's registered counts")
+        if self.adata_manager is None:
+            self._adata, self._adata_manager = adata, manager
+        self._register_manager_for_instance(manager)
+        return adata
+
+    # ------------------------------------------------------------------ training
+    def train(
+        self,
+        max_epochs: int | None = None,
+        max_steps: int | None = None,
+        batch_size: int = 256,
+        train_size: float | None = None,
+        validation_size: float | None = None,
+        accelerator: str = "auto",
+        devices: int | list[int] | str = "auto",
+        min_expressed_genes: int = MIN_EXPRESSED_GENES,
+        datasplitter_kwargs: dict | None = None,
+        plan_kwargs: dict | None = None,
+        **trainer_kwargs,
+    ) -> None:
+        """Train with the paper's recipe through scvi-tools' trainer.
+
+        AdamW (lr 2e-4, weight decay 1e-4), linear warm-up over 5 % of steps then cosine decay,
+        KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and
+        ``precision="bf16-mixed"`` on CUDA. Cells with fewer than ``min_expressed_genes`` expressed
+        genes are left out of training (they go to the test split).
+
+        Parameters
+        ----------
+        max_epochs
+            Passes over the training cells. Defaults to
+            :func:`~scvi.model.get_max_epochs_heuristic` when ``max_steps`` is also ``None``.
+        max_steps
+            Optimisation steps; overrides ``max_epochs``.
+        batch_size
+            Cells per step (the paper uses 256 per GPU).
+        train_size, validation_size
+            Split fractions as in scvi-tools (default 0.9 train, rest validation).
+        accelerator, devices
+            Lightning accelerator and devices (e.g. ``devices=4, strategy="ddp"``).
+        min_expressed_genes
+            Cells with fewer expressed genes are not trained on.
+        datasplitter_kwargs
+            Passed to :class:`~scvi.dataloaders.DataSplitter`.
+        plan_kwargs
+            Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan` (``lr``, ``max_kl_weight``, ...).
+        **trainer_kwargs
+            Passed to :class:`~scvi.train.Trainer` (e.g. ``strategy``, ``num_nodes``).
+        """
+        # Lightning does not switch modules back to training mode after load or a previous fit.
+        self.module.train()
+        self._prepare_prior(self.adata)
+        splits = self._training_split(train_size, validation_size, min_expressed_genes)
+        datasplitter_kwargs = {**(datasplitter_kwargs or {}), "external_indexing": splits}
+        n_train = splits[0].size
+        steps_per_epoch = max(1, math.ceil(n_train / batch_size))
+        if max_steps is not None:
+            max_epochs = math.ceil(max_steps / steps_per_epoch)
+            trainer_kwargs["max_steps"] = max_steps
+        elif max_epochs is None:
+            from scvi.model import get_max_epochs_heuristic
+
+            max_epochs = get_max_epochs_heuristic(self.adata.n_obs)
+        trainer_kwargs.setdefault("gradient_clip_val", 1.0)
+        if _uses_cuda(accelerator) and torch.cuda.is_bf16_supported():
+            trainer_kwargs.setdefault("precision", "bf16-mixed")
+        super().train(
+            max_epochs=max_epochs,
+            accelerator=accelerator,
+            devices=devices,
+            batch_size=batch_size,
+            datasplitter_kwargs=datasplitter_kwargs,
+            plan_kwargs=plan_kwargs,
+            **trainer_kwargs,
+        )
+
+    def _training_split(
+        self, train_size: float | None, validation_size: float | None, min_expressed_genes: int
+    ) -> list[np.ndarray]:
+        """Train/validation/test indices; cells with too few expressed genes are put in the test split."""
+        _, n_expressed = cell_statistics(self.adata_manager.get_from_registry(REGISTRY_KEYS.X_KEY))
+        eligible = np.flatnonzero(n_expressed >= min_expressed_genes)
+        if eligible.size == 0:
+            raise ValueError(
+                f"No cell has at least {min_expressed_genes} expressed genes; nothing to train on. "
+                "Check that the registered matrix holds raw counts."
+            )
+        if eligible.size < n_expressed.size:
+            logger.info(
+                "Leaving %d cells with fewer than %d expressed genes out of training.",
+                n_expressed.size - eligible.size,
+                min_expressed_genes,
+            )
+        train_fraction = 0.9 if train_size is None else float(train_size)
+        validation_fraction = 1.0 - train_fraction if validation_size is None else float(validation_size)
+        if not 0 < train_fraction <= 1 or validation_fraction < 0 or train_fraction + validation_fraction > 1 + 1e-9:
+            raise ValueError(
+                f"Invalid split: train_size={train_size}, validation_size={validation_size}; "
+                "need 0 < train_size <= 1 and train_size + validation_size <= 1."
+            )
+        shuffled = np.random.default_rng(settings.seed).permutation(eligible)
+        n_train = max(1, math.ceil(train_fraction * shuffled.size))
+        n_validation = min(shuffled.size - n_train, math.floor(validation_fraction * shuffled.size))
+        rest = np.setdiff1d(np.arange(n_expressed.size), shuffled[: n_train + n_validation])
+        return [np.sort(shuffled[:n_train]), np.sort(shuffled[n_train : n_train + n_validation]), rest]
+
+    # ------------------------------------------------------------------ outputs
+    def get_latent_representation(
+        self,
+        adata: AnnData | MuData | None = None,
+        indices: Sequence[int] | None = None,
+        give_mean: bool = True,
+        mc_samples: int = 5000,
+        batch_size: int | None = None,
+        return_dist: bool = False,
+        dataloader=None,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Cell embeddings ``r`` (mean over ``K`` of the posterior mean tokens), ``(n_obs, n_hidden)``.
+
+        The encoder sees each cell's top-``crop_size`` expressed genes; the decoder does not run.
+        ``return_dist=True`` returns the mean and variance of the pooled posterior (see
+        :meth:`~sctrilemma.module.SCTrilemmaModule.pooled_posterior`). In evaluation mode ``z``
+        is the posterior mean, so ``give_mean=False`` gives the same embedding.
+
+        Raises
+        ------
+        ValueError
+            If a requested cell has no counts.
+        """
+        if dataloader is None:
+            adata = self._validate_anndata(adata)
+            self._check_cells_have_counts(adata, indices)
+        return super().get_latent_representation(
+            adata=adata,
+            indices=indices,
+            give_mean=give_mean,
+            mc_samples=mc_samples,
+            batch_size=batch_size,
+            return_dist=return_dist,
+            dataloader=dataloader,
+        )
+
+    @torch.inference_mode()
+    def get_normalized_expression(
+        self,
+        adata: AnnData | MuData | None = None,
+        indices: Sequence[int] | None = None,
+        gene_list: Sequence[str] | None = None,
+        library_size: float | Literal["observed"] = "observed",
+        n_samples: int = 1,
+        return_mean: bool = True,
+        return_numpy: bool = False,
+        batch_size: int | None = None,
+    ) -> pd.DataFrame | np.ndarray:
+        r"""Reconstructed expression from the decoder.
+
+        The decoder's softmax normalises over a decoded gene set: the data's top-``crop_size`` genes by
+        total counts plus ``gene_list``. Ratios between genes do not depend on that set.
+
+        Parameters
+        ----------
+        adata
+            Data with the model's genes; defaults to the training data.
+        indices
+            Cells to use; all by default.
+        gene_list
+            Genes (``var_names``) to return; the decoded set by default.
+        library_size
+            ``"observed"``: each cell's raw total over the decoded set, giving expected counts
+            (the ZINB mean, as in training); a number scales the proportions instead (``1`` gives
+            proportions, ``1e4`` CP10K-like values).
+        n_samples
+            Posterior samples of the latent tokens; ``1`` uses the posterior mean.
+        return_mean
+            Average over samples (otherwise an array ``(n_samples, n_cells, n_genes)``).
+        return_numpy
+            Return an array instead of a DataFrame.
+        batch_size
+            Cells per batch.
+
+        Returns
+        -------
+        ``(n_cells, n_genes)`` DataFrame indexed by cell names with gene columns, or an array.
+        """
+        adata = self._validate_anndata(adata)
+        self._check_cells_have_counts(adata, indices)
+        genes = _gene_names(adata, self.registry_)
+        manager = self.get_anndata_manager(adata, required=True)
+        cell_indices = np.arange(adata.n_obs) if indices is None else np.asarray(indices)
+        decoded = self._default_reconstruction_genes(manager, cell_indices)
+        if gene_list is None:
+            output = decoded
+        else:
+            position = pd.Index(genes)
+            missing = [g for g in gene_list if g not in position]
+            if missing:
+                raise ValueError(f"{len(missing)} genes of `gene_list` are not among the model's genes, e.g. {missing[:3]}.")
+            output = position.get_indexer(list(gene_list))
+            decoded = np.union1d(decoded, output)
+        if isinstance(library_size, str) and library_size != "observed":
+            raise ValueError(f"`library_size` must be 'observed' or a number, got {library_size!r}.")
+        columns_in_decoded = np.searchsorted(decoded, output)
+        device = self.device
+        decoded_t = torch.as_tensor(decoded, device=device)
+        self.module.eval()
+        results = []
+        for tensors in self._make_data_loader(adata=adata, indices=cell_indices, batch_size=batch_size):
+            x = tensors[REGISTRY_KEYS.X_KEY].to(device)
+            inference = self.module.inference(x, n_samples=n_samples)
+            z_tokens = inference[SCT_MODULE_KEYS.Z_TOKENS_KEY]
+            pooled = inference["z"]
+            flat_tokens = z_tokens.reshape(-1, *z_tokens.shape[-2:])
+            logits = self.module.decode_in_chunks(flat_tokens, pooled.reshape(-1, pooled.shape[-1]), decoded_t)
+            proportions = torch.softmax(logits[..., 0].float(), dim=-1)[:, columns_in_decoded]
+            if library_size == "observed":
+                library = x[:, decoded_t].sum(1, keepdim=True).repeat(n_samples, 1)
+            else:
+                library = torch.tensor(float(library_size), device=device)
+            results.append((proportions * library).view(n_samples, x.shape[0], -1).cpu().numpy())
+        values = np.concatenate(results, axis=1)
+        if return_mean or n_samples == 1:
+            values = values.mean(0)
+        if return_numpy or values.ndim == 3:
+            return values
+        return pd.DataFrame(values, index=adata.obs_names[cell_indices], columns=genes[output])
+
+    def _default_reconstruction_genes(self, manager: AnnDataManager, indices: np.ndarray) -> np.ndarray:
+        """Sorted indices of the top-``crop_size`` genes by total counts over ``indices``."""
+        matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
+        totals = np.zeros(matrix.shape[1])
+        for start in range(0, indices.size, 4096):
+            block = matrix[np.sort(indices[start : start + 4096])]
+            totals += np.asarray(block.sum(axis=0)).ravel()
+        n = min(self.module.crop_size, totals.size)
+        return np.sort(np.argsort(-totals, kind="stable")[:n])
+
+    def _check_cells_have_counts(self, adata: AnnData | MuData, indices: Sequence[int] | None) -> None:
+        manager = self.get_anndata_manager(adata, required=True)
+        matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
+        names = manager.adata.obs_names
+        if indices is not None:
+            order = np.sort(np.asarray(indices))
+            matrix, names = matrix[order], names[order]
+        check_no_empty_cells(matrix, names, where="the requested data")
+
+
+def _layer(adata: AnnData, layer: str):
+    if layer not in adata.layers:
+        raise ValueError(f"`layer={layer!r}` is not in the layers ({list(adata.layers)}); pass one of them or None for X.")
+    return adata.layers[layer]
+
+
+def _uses_cuda(accelerator: str) -> bool:
+    return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
+
+
+def _gene_names(adata: AnnData | MuData, registry: dict) -> np.ndarray:
+    """Names of the modelled genes: ``var_names``, or those of the RNA modality of a MuData."""
+    if hasattr(adata, "mod"):
+        modalities = registry["setup_args"].get("modalities") or {"rna_layer": "rna"}
+        adata = adata.mod[modalities["rna_layer"]]
+    return np.asarray(adata.var_names.astype(str), dtype=object)

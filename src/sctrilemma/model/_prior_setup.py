@@ -1,0 +1,167 @@
+"""Model-side PB-Cond: dataset-donor groups, their pseudo-bulk codes, and prior diagnostics."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import torch
+from scvi import REGISTRY_KEYS
+
+from sctrilemma._constants import SCT_MODULE_KEYS, SCT_REGISTRY_KEYS
+from sctrilemma.data._pseudobulk import PseudobulkCodebook, pseudobulk_profiles
+from sctrilemma.module._prior import gaussian_kl
+
+if TYPE_CHECKING:
+    from anndata import AnnData
+    from scvi.data import AnnDataManager
+
+logger = logging.getLogger(__name__)
+
+SHUFFLE_SEED = 42
+
+
+class PriorSetupMixin:
+    """Computes PB-Cond codes for any registered data from the model's frozen codebook."""
+
+    def _groups(self, manager: AnnDataManager) -> tuple[np.ndarray, np.ndarray, int, pd.MultiIndex]:
+        """Group of each cell, sorted group keys, key stride and ``(dataset, donor)`` names of the groups."""
+        dataset = np.asarray(manager.get_from_registry(SCT_REGISTRY_KEYS.DATASET_KEY)).ravel().astype(np.int64)
+        donor = np.asarray(manager.get_from_registry(SCT_REGISTRY_KEYS.DONOR_KEY)).ravel().astype(np.int64)
+        donor_names = manager.get_state_registry(SCT_REGISTRY_KEYS.DONOR_KEY).categorical_mapping
+        dataset_names = manager.get_state_registry(SCT_REGISTRY_KEYS.DATASET_KEY).categorical_mapping
+        stride = len(donor_names)
+        keys, group = np.unique(dataset * stride + donor, return_inverse=True)
+        names = pd.MultiIndex.from_arrays(
+            [np.asarray(dataset_names)[keys // stride], np.asarray(donor_names)[keys % stride]],
+            names=["dataset", "donor"],
+        )
+        return group.ravel(), keys, stride, names
+
+    def _group_profiles(self, manager: AnnDataManager) -> tuple[np.ndarray, np.ndarray, int, pd.MultiIndex]:
+        """Pseudo-bulk profiles of the groups of ``manager``'s data (cached per registration)."""
+        cache = self.__dict__.setdefault("_profile_cache", {})
+        if manager.id not in cache:
+            group, keys, stride, names = self._groups(manager)
+            if keys.size == group.size and group.size > 1:
+                raise ValueError(
+                    "Every cell forms its own dataset-donor group, so `donor_key` looks like a cell-level column. "
+                    "Pass the column that names donors (or individuals/samples) to `setup_anndata(donor_key=...)`."
+                )
+            matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
+            profiles = pseudobulk_profiles(matrix, group, keys.size, progress_bar=keys.size > 100)
+            cache[manager.id] = (profiles, keys, stride, names)
+        return cache[manager.id]
+
+    @property
+    def pseudobulk_codebook(self) -> PseudobulkCodebook | None:
+        """The frozen PB-Cond codebook (``None`` before training or with ``prior="normal"``)."""
+        state = self.pseudobulk_codebook_
+        return None if state is None else PseudobulkCodebook.from_dict(state)
+
+    def _codes(self, manager: AnnDataManager) -> tuple[np.ndarray, np.ndarray, int, pd.MultiIndex]:
+        """Soft codes ``(n_groups, M)`` of ``manager``'s groups, fitting the codebook on first use."""
+        profiles, keys, stride, names = self._group_profiles(manager)
+        if self.pseudobulk_codebook_ is None:
+            codebook = PseudobulkCodebook.fit(profiles, self.module.prior.to_mean.in_features)
+            self.pseudobulk_codebook_ = codebook.to_dict()
+            logger.info("Fitted the PB-Cond codebook: %d centroids on %d groups.", codebook.n_codes, keys.size)
+        codes = self.pseudobulk_codebook.codes(profiles)
+        if self.prior_ == "shuffled":
+            codes = codes[np.random.default_rng(SHUFFLE_SEED).permutation(codes.shape[0])]
+        return codes, keys, stride, names
+
+    def _prepare_prior(self, adata: AnnData | None) -> None:
+        """Give the module the codes of ``adata``'s groups (no-op for the standard-normal prior)."""
+        if self.module.prior is None:
+            return
+        manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
+        codes, keys, stride, _ = self._codes(manager)
+        width = self.module.prior.to_mean.in_features
+        # With fewer groups than M the codebook has fewer centroids; pad the code with zeros.
+        padded = np.zeros((codes.shape[0], width), dtype=np.float32)
+        padded[:, : codes.shape[1]] = codes
+        self.module.set_group_codes(torch.as_tensor(keys), torch.as_tensor(padded), stride)
+
+    def get_pseudobulk_codes(self, adata: AnnData | None = None) -> pd.DataFrame:
+        """Soft PB-Cond codes of the data's dataset-donor groups.
+
+        Parameters
+        ----------
+        adata
+            Registered data; the training data by default. New groups are assigned to the frozen
+            centroids, never refit.
+
+        Returns
+        -------
+        ``(n_groups, M + 1)`` DataFrame indexed by ``(dataset, donor)``: columns ``code_0`` ... ``code_{M-1}``
+        and ``cluster``, the nearest centroid.
+        """
+        self._require_pseudobulk_prior()
+        manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
+        codes, _, _, names = self._codes(manager)
+        frame = pd.DataFrame(codes, index=names, columns=[f"code_{m}" for m in range(codes.shape[1])])
+        frame["cluster"] = codes.argmax(axis=1)
+        return frame
+
+    @torch.inference_mode()
+    def get_prior_margin(
+        self, adata: AnnData | None = None, batch_size: int | None = None, seed: int = 0
+    ) -> float:
+        """Matched-vs-random prior margin (paper Figure "PB-Cond ablation and prior-geometry diagnostics").
+
+        For each cell, the KL from its posterior to the prior of a random *other* group minus the
+        KL to its own group's prior, averaged over cells. Positive values mean the posterior sits
+        closer to its matched prior.
+
+        Parameters
+        ----------
+        adata
+            Registered data with at least two dataset-donor groups.
+        batch_size
+            Cells per batch.
+        seed
+            Seed for drawing the other group of each cell.
+        """
+        self._require_pseudobulk_prior()
+        adata = self._validate_anndata(adata)
+        manager = self.get_anndata_manager(adata, required=True)
+        codes, _, _, _ = self._codes(manager)
+        if codes.shape[0] < 2:
+            raise ValueError("The prior margin needs at least two dataset-donor groups.")
+        group, *_ = self._groups(manager)
+        rng = np.random.default_rng(seed)
+        other = (group + rng.integers(1, codes.shape[0], size=group.size)) % codes.shape[0]
+        width = self.module.prior.to_mean.in_features
+        table = torch.zeros(codes.shape[0], width, device=self.device)
+        table[:, : codes.shape[1]] = torch.as_tensor(codes, dtype=torch.float32)
+        self.module.eval()
+        margins, start = [], 0
+        for tensors in self._make_data_loader(adata=adata, batch_size=batch_size):
+            out = self.module.inference(tensors[REGISTRY_KEYS.X_KEY].to(self.device))
+            q_mean = out[SCT_MODULE_KEYS.QZ_TOKENS_MEAN_KEY]
+            q_logvar = out[SCT_MODULE_KEYS.QZ_TOKENS_LOGVAR_KEY]
+            stop = start + q_mean.shape[0]
+            kls = []
+            for rows in (group[start:stop], other[start:stop]):
+                p_mean, p_logvar = self.module.prior(table[torch.as_tensor(rows, device=self.device)])
+                kls.append(gaussian_kl(q_mean, q_logvar, p_mean, p_logvar).sum(dim=(-2, -1)))
+            margins.append((kls[1] - kls[0]).cpu())
+            start = stop
+        return float(torch.cat(margins).mean())
+
+    def _require_pseudobulk_prior(self) -> None:
+        if self.module.prior is None:
+            raise ValueError("This model uses the standard-normal prior (prior='normal'); it has no pseudo-bulk codes.")
+
+    def get_elbo(self, adata: AnnData | None = None, *args, **kwargs) -> float:
+        """ELBO as in :meth:`scvi.model.base.VAEMixin.get_elbo`, with the data's PB-Cond codes."""
+        self._prepare_prior(adata)
+        return super().get_elbo(adata, *args, **kwargs)
+
+    def get_reconstruction_error(self, adata: AnnData | None = None, *args, **kwargs) -> dict[str, float]:
+        """Reconstruction error as in :meth:`scvi.model.base.VAEMixin.get_reconstruction_error`."""
+        self._prepare_prior(adata)
+        return super().get_reconstruction_error(adata, *args, **kwargs)

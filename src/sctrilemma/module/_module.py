@@ -1,0 +1,301 @@
+"""The scTrilemma module: E-Gate tokens, Perceiver latent bottleneck, C-Route decoder, ZINB likelihood."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import torch
+import torch.nn.functional as F
+from scvi import REGISTRY_KEYS
+from scvi.distributions import ZeroInflatedNegativeBinomial
+from scvi.module.base import BaseModuleClass, LossOutput, auto_move_data
+from torch import nn
+from torch.distributions import Normal
+
+from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
+from sctrilemma._constants import SCT_REGISTRY_KEYS
+from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
+from sctrilemma.module._tokens import GeneCrop, expressed_crop, log_normalize, training_crop
+from sctrilemma.nn import CrossAttentionBlock, ExpressionGate, QueryRouter, TokenPooling
+
+if TYPE_CHECKING:
+    from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
+
+PriorKind = Literal["pseudobulk", "normal"]
+
+
+class SCTrilemmaModule(BaseModuleClass):
+    """Gene-token Perceiver VAE of :cite:p:`sctrilemma`.
+
+    Parameters
+    ----------
+    n_input
+        Number of genes in the vocabulary.
+    n_hidden
+        Token width ``d``, shared by gene tokens, latent tokens and decoder states.
+    n_latent_tokens
+        Number ``K`` of learned latent queries (bottleneck tokens).
+    crop_size
+        Gene positions per cell.
+    n_encoder_layers, n_decoder_layers
+        Cross-attention blocks in the encoder and the decoder.
+    n_heads
+        Attention heads.
+    dropout_rate
+        Dropout on attention weights and in the feed-forward layers.
+    ffn_multiplier
+        SwiGLU hidden width as a multiple of ``n_hidden``.
+    prior
+        ``"pseudobulk"`` (PB-Cond) or ``"normal"`` (standard normal).
+    n_prior_codes
+        Width ``M`` of the pseudo-bulk code.
+    gene_encoding, decoder_query, pooling
+        Component switches; the paper's model is ``"gate"``, ``"gate"``, ``"mean"``.
+    decode_chunk_size
+        Genes decoded at once when reconstructing many genes at inference.
+    """
+
+    def __init__(
+        self,
+        n_input: int,
+        *,
+        n_hidden: int = 512,
+        n_latent_tokens: int = 64,
+        crop_size: int = 4096,
+        n_encoder_layers: int = 3,
+        n_decoder_layers: int = 3,
+        n_heads: int = 8,
+        dropout_rate: float = 0.1,
+        ffn_multiplier: float = 4.0,
+        prior: PriorKind = "pseudobulk",
+        n_prior_codes: int = 32,
+        gene_encoding: GeneEncoding = "gate",
+        decoder_query: DecoderQuery = "gate",
+        pooling: Pooling = "mean",
+        decode_chunk_size: int = 2048,
+    ) -> None:
+        super().__init__()
+        if prior not in ("pseudobulk", "normal"):
+            raise ValueError(f"`prior` must be 'pseudobulk' or 'normal', got {prior!r}.")
+        for name, value in {"n_input": n_input, "n_hidden": n_hidden, "n_latent_tokens": n_latent_tokens,
+                            "crop_size": crop_size, "n_encoder_layers": n_encoder_layers,
+                            "n_decoder_layers": n_decoder_layers, "n_heads": n_heads}.items():  # fmt: skip
+            if int(value) < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value}.")
+        self.n_input = n_input
+        self.n_hidden = n_hidden
+        self.n_latent_tokens = n_latent_tokens
+        self.crop_size = crop_size
+        self.decode_chunk_size = decode_chunk_size
+        block_kwargs = {"n_heads": n_heads, "dropout_rate": dropout_rate, "ffn_multiplier": ffn_multiplier}
+
+        self.gene_embedding = nn.Embedding(n_input, n_hidden)  # N(0, 1) init, shared by encoder and decoder
+        self.expression_gate = ExpressionGate(n_hidden, gene_encoding=gene_encoding)
+        self.latent_queries = nn.Parameter(0.02 * torch.randn(n_latent_tokens, n_hidden))
+        self.encoder = nn.ModuleList([CrossAttentionBlock(n_hidden, **block_kwargs) for _ in range(n_encoder_layers)])
+        self.posterior_norm = nn.BatchNorm1d(n_hidden)
+        self.to_mean = nn.Linear(n_hidden, n_hidden)
+        self.to_logvar = nn.Linear(n_hidden, n_hidden)
+        self.pooling = TokenPooling(n_hidden, pooling=pooling)
+        self.query_router = QueryRouter(n_hidden, decoder_query=decoder_query)
+        self.decoder = nn.ModuleList([CrossAttentionBlock(n_hidden, **block_kwargs) for _ in range(n_decoder_layers)])
+        self.count_head = nn.Linear(n_hidden, 2)
+        self.px_r = nn.Parameter(torch.zeros(n_input))
+        # Built last, so that adding the prior leaves every other parameter's initialisation unchanged.
+        self.prior_kind = prior
+        self.prior = PseudobulkPrior(n_prior_codes, n_hidden) if prior == "pseudobulk" else None
+        self.register_buffer("group_keys", torch.zeros(0, dtype=torch.long), persistent=False)
+        self.register_buffer("group_codes", torch.zeros(0, n_prior_codes), persistent=False)
+        self.group_key_stride = 1
+
+    # ------------------------------------------------------------------ encoder
+    def encode(self, crop: GeneCrop, library: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mean and clamped log-variance of the ``K`` latent tokens, each ``(batch, K, n_hidden)``.
+
+        ``library`` ``(batch, 1)`` is the whole-cell raw total used for ``log1p(CP10K)``.
+        """
+        tokens = self.expression_gate(self.gene_embedding(crop.genes), log_normalize(crop.counts, library))
+        latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
+        for block in self.encoder:
+            latents = block(latents, tokens, crop.mask)
+        batch, n_tokens, width = latents.shape
+        latents = self.posterior_norm(latents.reshape(batch * n_tokens, width)).view(batch, n_tokens, width)
+        return self.to_mean(latents), self.to_logvar(latents).clamp(LOGVAR_MIN, LOGVAR_MAX)
+
+    def _get_inference_input(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"x": tensors[REGISTRY_KEYS.X_KEY]}
+
+    @auto_move_data
+    def inference(self, x: torch.Tensor, n_samples: int = 1, crop: GeneCrop | None = None) -> dict:
+        """Encode a count batch ``x`` ``(batch, n_genes)``.
+
+        In training mode the tokens are the paper's random training crop and ``z`` is sampled; in
+        eval mode they are each cell's top expressed genes and ``z`` is the posterior mean (sampled
+        only when ``n_samples > 1``). ``"qz"`` and ``"z"`` are the pooled cell-level quantities
+        (``r`` and ``s`` of the paper); the token-level ones are under their own keys.
+        """
+        library = x.sum(dim=1, keepdim=True)
+        if crop is None:
+            crop = training_crop(x, self.crop_size) if self.training else expressed_crop(x, self.crop_size)
+        q_mean, q_logvar = self.encode(crop, library)
+        q_std = torch.exp(0.5 * q_logvar)
+        if n_samples > 1:
+            z_tokens = Normal(q_mean, q_std).rsample((n_samples,))
+        elif self.training:
+            z_tokens = q_mean + q_std * torch.randn_like(q_std)
+        else:
+            z_tokens = q_mean
+        return {
+            "z": self.pooling(z_tokens),
+            "qz": self.pooled_posterior(q_mean, q_logvar),
+            KEYS.Z_TOKENS_KEY: z_tokens,
+            KEYS.QZ_TOKENS_MEAN_KEY: q_mean,
+            KEYS.QZ_TOKENS_LOGVAR_KEY: q_logvar,
+            KEYS.CROP_KEY: crop,
+        }
+
+    def pooled_posterior(self, q_mean: torch.Tensor, q_logvar: torch.Tensor) -> Normal:
+        """Distribution of the pooled sample ``s``; its mean is the cell embedding ``r``.
+
+        Exact for mean pooling (a mean of ``K`` independent Gaussians); for attention pooling the
+        weights are taken at the posterior mean.
+        """
+        if self.pooling.score is None:
+            weights = torch.full_like(q_mean[..., :1], 1.0 / q_mean.shape[-2])
+        else:
+            weights = torch.softmax(self.pooling.score(q_mean), dim=-2)
+        mean = (weights * q_mean).sum(dim=-2)
+        var = (weights.square() * q_logvar.exp()).sum(dim=-2)
+        return Normal(mean, var.sqrt())
+
+    # ------------------------------------------------------------------ decoder
+    def decode(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
+        """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes``.
+
+        ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell).
+        """
+        queries = self.query_router(self.gene_embedding(genes), self.query_router.modulation(pooled_sample))
+        if queries.dim() == 2:
+            queries = queries.expand(z_tokens.shape[0], -1, -1)
+        for block in self.decoder:
+            queries = block(queries, z_tokens)
+        return self.count_head(queries)
+
+    def decode_in_chunks(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
+        """:meth:`decode` for many shared ``genes`` ``(n,)``, ``decode_chunk_size`` genes at a time.
+
+        Genes do not attend to each other, so chunking over genes gives the same logits.
+        """
+        return torch.cat(
+            [self.decode(z_tokens, pooled_sample, chunk) for chunk in genes.split(self.decode_chunk_size)], dim=1
+        )
+
+    def _get_generative_input(self, tensors: dict[str, torch.Tensor], inference_outputs: dict) -> dict:
+        crop = inference_outputs[KEYS.CROP_KEY]
+        if not self.training:
+            # The embedding crop has no zero genes; score reconstruction on a training-style crop.
+            crop = training_crop(tensors[REGISTRY_KEYS.X_KEY].to(crop.counts.device), self.crop_size)
+        return {"z_tokens": inference_outputs[KEYS.Z_TOKENS_KEY], "pooled_sample": inference_outputs["z"], "target": crop}
+
+    @auto_move_data
+    def generative(
+        self,
+        z_tokens: torch.Tensor,
+        pooled_sample: torch.Tensor,
+        target: GeneCrop,
+        transform_batch: torch.Tensor | None = None,
+    ) -> dict:
+        """ZINB over the ``target`` genes: softmax proportions times the raw total over those genes.
+
+        ``transform_batch`` is accepted for scvi-tools compatibility and has no effect: the model
+        has no batch covariate.
+        """
+        del transform_batch
+        leading = z_tokens.shape[:-2]
+        flat_tokens = z_tokens.reshape(-1, *z_tokens.shape[-2:])
+        flat_pooled = pooled_sample.reshape(-1, pooled_sample.shape[-1])
+        genes = target.genes.expand(*leading[:-1], *target.genes.shape).reshape(-1, target.genes.shape[-1])
+        logits = self.decode(flat_tokens, flat_pooled, genes).view(*leading, -1, 2)
+        mean_logit, zi_logit = logits.unbind(-1)
+        if target.mask is not None:
+            mean_logit = mean_logit.masked_fill(~target.mask, float("-inf"))
+        proportions = torch.softmax(mean_logit, dim=-1)
+        library = (target.counts * (1.0 if target.mask is None else target.mask)).sum(-1, keepdim=True)
+        px = ZeroInflatedNegativeBinomial(
+            mu=proportions * library,
+            theta=F.softplus(self.px_r)[target.genes],
+            zi_logits=zi_logit,
+            scale=proportions,
+        )
+        return {KEYS.PX_KEY: px, KEYS.TARGET_KEY: target}
+
+    # ------------------------------------------------------------------ prior and loss
+    def set_group_codes(self, keys: torch.Tensor, codes: torch.Tensor, stride: int) -> None:
+        """Set the pseudo-bulk code table used by the PB-Cond prior.
+
+        ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``; ``codes`` is ``(n_groups, M)``.
+        """
+        order = torch.argsort(keys)
+        self.group_keys = keys[order].to(self.group_keys.device)
+        self.group_codes = codes[order].to(self.group_codes.device, torch.float32)
+        self.group_key_stride = int(stride)
+
+    def group_codes_for(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Soft pseudo-bulk codes ``(batch, M)`` of the cells in ``tensors``."""
+        if self.group_keys.numel() == 0:
+            raise RuntimeError(
+                "The PB-Cond prior has no pseudo-bulk codes for this data. Use the model API "
+                "(SCTrilemma.train / get_elbo), which computes them, or construct the model with prior='normal'."
+            )
+        dataset = tensors[SCT_REGISTRY_KEYS.DATASET_KEY].long().view(-1)
+        donor = tensors[SCT_REGISTRY_KEYS.DONOR_KEY].long().view(-1)
+        keys = (dataset * self.group_key_stride + donor).to(self.group_keys.device)
+        rows = torch.searchsorted(self.group_keys, keys).clamp_max(self.group_keys.numel() - 1)
+        if not torch.equal(self.group_keys[rows], keys):
+            raise RuntimeError("Some cells belong to a dataset-donor group without a pseudo-bulk code.")
+        return self.group_codes[rows]
+
+    def prior_parameters(self, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prior mean and log-variance, broadcastable to ``(batch, K, n_hidden)``."""
+        if self.prior is None:
+            zero = torch.zeros((), device=self.px_r.device)
+            return zero, zero
+        return self.prior(self.group_codes_for(tensors))
+
+    def loss(
+        self, tensors: dict[str, torch.Tensor], inference_outputs: dict, generative_outputs: dict, kl_weight: float = 1.0
+    ) -> LossOutput:
+        """ZINB negative log-likelihood summed over genes plus ``kl_weight`` times the KL summed over ``K x d``."""
+        px, target = generative_outputs[KEYS.PX_KEY], generative_outputs[KEYS.TARGET_KEY]
+        nll = -px.log_prob(target.counts)
+        if target.mask is not None:
+            nll = torch.where(target.mask, nll, torch.zeros_like(nll))
+        reconstruction = nll.sum(-1)
+        if reconstruction.dim() > 1:  # several posterior samples
+            reconstruction = reconstruction.mean(0)
+        prior_mean, prior_logvar = self.prior_parameters(tensors)
+        kl = gaussian_kl(
+            inference_outputs[KEYS.QZ_TOKENS_MEAN_KEY], inference_outputs[KEYS.QZ_TOKENS_LOGVAR_KEY], prior_mean, prior_logvar
+        ).sum(dim=(-2, -1))
+        return LossOutput(
+            loss=torch.mean(reconstruction + kl_weight * kl), reconstruction_loss=reconstruction, kl_local=kl
+        )
+
+    @torch.inference_mode()
+    def sample(self, tensors: dict[str, torch.Tensor], n_samples: int = 1) -> torch.Tensor:
+        """Posterior predictive counts ``(batch, n_genes, n_samples)`` over all genes.
+
+        Proportions are normalised over all genes and scaled by each cell's raw total.
+        """
+        x = tensors[REGISTRY_KEYS.X_KEY]
+        inference_outputs = self.inference(x, n_samples=n_samples)
+        z_tokens = inference_outputs[KEYS.Z_TOKENS_KEY].reshape(-1, self.n_latent_tokens, self.n_hidden)
+        pooled = inference_outputs["z"].reshape(-1, self.n_hidden)
+        genes = torch.arange(self.n_input, device=z_tokens.device)
+        mean_logit, zi_logit = self.decode_in_chunks(z_tokens, pooled, genes).unbind(-1)
+        library = x.to(z_tokens.device).sum(1, keepdim=True).repeat(n_samples, 1)
+        px = ZeroInflatedNegativeBinomial(
+            mu=torch.softmax(mean_logit, -1) * library, theta=F.softplus(self.px_r), zi_logits=zi_logit
+        )
+        counts = px.sample().view(n_samples, x.shape[0], self.n_input)
+        return counts.permute(1, 2, 0).cpu()
