@@ -19,9 +19,9 @@ PRESETS: dict[str, dict[str, int | float]] = {
     },
     # Same architecture, sized to train on a laptop CPU in minutes.
     "small": {
-        "n_hidden": 128,
+        "n_hidden": 64,
         "n_latent_tokens": 16,
-        "crop_size": 1024,
+        "crop_size": 512,
         "n_encoder_layers": 2,
         "n_decoder_layers": 1,
         "n_heads": 4,

@@ -14,9 +14,10 @@ RMS_EPS = 1e-6
 
 
 class SwiGLU(nn.Module):
-    """SwiGLU feed-forward layer :cite:p:`shazeer2020glu`: ``W2(silu(W1 x) * W3 x)``.
+    """SwiGLU feed-forward layer :cite:p:`shazeer2020glu`: ``dropout(W2(silu(W1 x) * W3 x))``.
 
-    ``W1`` and ``W3`` are fused into one projection of width ``2 * n_ffn``.
+    ``W1`` and ``W3`` are fused into one projection of width ``2 * n_ffn``. Dropout acts on the
+    ``n_hidden``-wide output (residual dropout), not on the four-times wider hidden layer.
     """
 
     def __init__(self, n_hidden: int, *, n_ffn: int, dropout_rate: float = 0.0) -> None:
@@ -28,7 +29,7 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x`` of shape ``(..., n_hidden)``."""
         gate, value = self.proj_in(x).chunk(2, dim=-1)
-        return self.proj_out(self.dropout(F.silu(gate) * value))
+        return self.dropout(self.proj_out(F.silu(gate) * value))
 
 
 class CrossAttention(nn.Module):

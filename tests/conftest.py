@@ -1,0 +1,70 @@
+"""Shared fixtures: small real data, a tiny model configuration, seeding, marker handling."""
+
+from __future__ import annotations
+
+import anndata as ad
+import numpy as np
+import pytest
+import scvi
+import torch
+
+from sctrilemma.data import load_example
+
+# Tiny configuration for fast model tests (same architecture, small sizes).
+TINY = {
+    "n_hidden": 32,
+    "n_latent_tokens": 4,
+    "crop_size": 256,
+    "n_encoder_layers": 1,
+    "n_decoder_layers": 1,
+    "n_heads": 4,
+    "n_prior_codes": 8,
+}
+
+_SKIP_UNLESS = {
+    "gpu": (torch.cuda.is_available, "needs a CUDA device"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests whose requirement (one table entry per marker) is not met on this machine."""
+    for item in items:
+        for marker, (available, reason) in _SKIP_UNLESS.items():
+            if marker in item.keywords and not available():
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    scvi.settings.seed = 0
+
+
+@pytest.fixture(scope="session")
+def _example() -> ad.AnnData:
+    return load_example()
+
+
+@pytest.fixture
+def example_adata(_example: ad.AnnData) -> ad.AnnData:
+    """The full shipped example (3,000 cells x 2,511 genes), a fresh copy per test."""
+    return _example.copy()
+
+
+@pytest.fixture
+def small_adata(_example: ad.AnnData) -> ad.AnnData:
+    """400 cells of the example, 80 per donor, a fresh copy per test."""
+    rng = np.random.default_rng(0)
+    donors = _example.obs["donor"].to_numpy()
+    keep = np.sort(np.concatenate([rng.choice(np.flatnonzero(donors == d), 80, replace=False) for d in np.unique(donors)]))
+    return _example[keep].copy()
+
+
+@pytest.fixture
+def tiny() -> dict:
+    """Tiny model sizes, for ``SCTrilemma(adata, **tiny)`` or ``SCTrilemmaModule(n, **tiny)``."""
+    return dict(TINY)
+
+
+@pytest.fixture
+def accelerator() -> str:
+    return "cpu"
