@@ -154,6 +154,11 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
         self.init_params_ = self._get_init_params(locals())
         logger.info(self._model_summary_string)
 
+    def __repr__(self) -> str:
+        status = "trained" if self.is_trained_ else "not trained"
+        data = "no data" if self.adata is None else f"{self.adata.n_obs} cells"
+        return f"{self._model_summary_string}; {status}; {data}"
+
     # ------------------------------------------------------------------ setup
     @classmethod
     @setup_anndata_dsp.dedent
@@ -258,7 +263,7 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
 
     def _validate_anndata(self, adata: AnnData | MuData | None = None, copy_if_view: bool = True) -> AnnData:
         """Register new data from the model's setup (new donors allowed) after checking genes and counts."""
-        if adata is None or self.get_anndata_manager(adata) is not None:
+        if adata is None:
             return super()._validate_anndata(adata, copy_if_view=copy_if_view)
         genes = _gene_names(adata, self.registry_)
         if self.gene_names_ is not None and not np.array_equal(genes, self.gene_names_):
@@ -268,6 +273,8 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
                 f"{shared} shared, or a different order). Subset and order them as the model's: "
                 "`adata[:, model.gene_names_]` when all are present."
             )
+        if self.get_anndata_manager(adata) is not None:
+            return super()._validate_anndata(adata, copy_if_view=copy_if_view)
         setup_args = self.registry_["setup_args"]
         method = getattr(type(self), self.registry_.get("setup_method_name", "setup_anndata"))
         _check_if_view(adata, copy_if_view=copy_if_view)

@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import mudata as md
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from sctrilemma import SCTrilemma
+
+
+def _trained(adata, tiny, **kwargs) -> SCTrilemma:
+    SCTrilemma.setup_anndata(adata, donor_key="donor")
+    model = SCTrilemma(adata, **tiny, **kwargs)
+    model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
+    return model
+
+
+def test_workflow_shapes_and_outputs(small_adata, tiny):
+    model = _trained(small_adata, tiny)
+    assert model.is_trained
+    latent = model.get_latent_representation()
+    assert latent.shape == (small_adata.n_obs, tiny["n_hidden"])
+    assert np.isfinite(latent).all()
+    mean, var = model.get_latent_representation(return_dist=True)
+    np.testing.assert_allclose(mean, latent, rtol=1e-5, atol=1e-6)
+    assert (var > 0).all()
+    expression = model.get_normalized_expression(indices=np.arange(20))
+    assert isinstance(expression, pd.DataFrame)
+    assert expression.shape == (20, tiny["crop_size"])
+    assert list(expression.index) == list(small_adata.obs_names[:20])
+    # "observed" library: expected counts sum to each cell's raw total over the decoded genes
+    counts = small_adata[:20, expression.columns].X.toarray().sum(1)
+    np.testing.assert_allclose(expression.to_numpy().sum(1), counts, rtol=1e-4)
+    proportions = model.get_normalized_expression(indices=np.arange(5), library_size=1.0, return_numpy=True)
+    np.testing.assert_allclose(proportions.sum(1), 1.0, rtol=1e-4)
+    assert np.isfinite(model.get_elbo())
+    assert "reconstruction_loss" in model.get_reconstruction_error()
+    assert "SCTrilemma" in repr(model)
+
+
+def test_gene_ratios_do_not_depend_on_gene_list(small_adata, tiny):
+    model = _trained(small_adata, tiny)
+    genes = list(small_adata.var_names[[0, 5, 10]])
+    picked = model.get_normalized_expression(indices=np.arange(10), gene_list=genes, library_size=1.0)
+    default = model.get_normalized_expression(indices=np.arange(10), library_size=1.0)
+    shared = [g for g in genes if g in default.columns]
+    assert list(picked.columns) == genes
+    if len(shared) >= 2:
+        ratio_picked = picked[shared[0]] / picked[shared[1]]
+        ratio_default = default[shared[0]] / default[shared[1]]
+        np.testing.assert_allclose(ratio_picked, ratio_default, rtol=1e-4)
+
+
+def test_eval_embedding_is_deterministic(small_adata, tiny):
+    model = _trained(small_adata, tiny)
+    np.testing.assert_array_equal(model.get_latent_representation(), model.get_latent_representation())
+
+
+def test_loss_decreases_with_training(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, **tiny, prior="normal")
+    model.train(max_epochs=20, batch_size=64, enable_progress_bar=False, plan_kwargs={"lr": 2e-3})
+    loss = model.history["train_loss"].to_numpy(dtype=float).ravel()
+    assert np.isfinite(loss).all()
+    assert loss[-3:].mean() < 0.9 * loss[:3].mean()
+
+
+def test_save_load_round_trip(small_adata, tiny, tmp_path):
+    model = _trained(small_adata, tiny)
+    latent = model.get_latent_representation()
+    model.save(tmp_path / "model")
+    loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
+    np.testing.assert_allclose(loaded.get_latent_representation(), latent, atol=1e-5)
+    assert loaded.pseudobulk_codebook_ is not None
+    np.testing.assert_array_equal(loaded.pseudobulk_codebook_["centroids"], model.pseudobulk_codebook_["centroids"])
+    without_data = SCTrilemma.load(tmp_path / "model")
+    np.testing.assert_allclose(without_data.get_latent_representation(small_adata.copy()), latent, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"prior": "normal"},
+        {"prior": "shuffled"},
+        {"gene_encoding": "additive"},
+        {"decoder_query": "additive"},
+        {"decoder_query": "none"},
+        {"pooling": "attention"},
+    ],
+)
+def test_every_ablation_trains(small_adata, tiny, option):
+    model = _trained(small_adata, tiny, **option)
+    assert np.isfinite(model.history["train_loss"].to_numpy(dtype=float)).all()
+    assert np.isfinite(model.get_latent_representation()).all()
+
+
+def test_presets_and_overrides(small_adata):
+    SCTrilemma.setup_anndata(small_adata)
+    small = SCTrilemma(small_adata, preset="small")
+    assert small.module.n_hidden == 64
+    override = SCTrilemma(small_adata, preset="small", n_hidden=48, n_heads=4)
+    assert override.module.n_hidden == 48
+    paper = SCTrilemma(small_adata, prior="normal")
+    assert (paper.module.n_hidden, paper.module.n_latent_tokens, paper.module.crop_size) == (512, 64, 4096)
+    with pytest.raises(ValueError, match="`preset` must be one of"):
+        SCTrilemma(small_adata, preset="huge")
+    with pytest.raises(ValueError, match="`prior` must be"):
+        SCTrilemma(small_adata, prior="uniform")
+
+
+def test_cells_with_few_genes_are_not_trained_on(small_adata, tiny):
+    dense = small_adata.X.toarray()
+    dense[:7] = 0
+    dense[:7, :3] = 1  # 3 expressed genes < 5
+    small_adata.X = sp.csr_matrix(dense)
+    model = _trained(small_adata, tiny)
+    train_idx = set(model.train_indices.tolist())
+    assert not train_idx & set(range(7))
+    assert set(range(7)) <= set(model.test_indices.tolist())
+
+
+def test_user_anndata_untouched_beyond_registry(small_adata, tiny):
+    before_obs = set(small_adata.obs.columns)
+    x_before = small_adata.X.copy()
+    model = _trained(small_adata, tiny)
+    model.get_latent_representation()
+    model.get_normalized_expression(indices=np.arange(4))
+    assert {c for c in set(small_adata.obs.columns) - before_obs if not c.startswith("_scvi_")} == set()
+    assert (small_adata.X != x_before).nnz == 0
+
+
+def test_mudata_rna_modality(small_adata, tiny):
+    protein = small_adata[:, :10].copy()
+    protein.var_names = [f"prot{i}" for i in range(10)]
+    mdata = md.MuData({"rna": small_adata, "atac": protein})
+    mdata.obs["donor"] = small_adata.obs["donor"].to_numpy()
+    SCTrilemma.setup_mudata(mdata, donor_key="donor", modalities={"rna_layer": "rna"})
+    model = SCTrilemma(mdata, **tiny)
+    model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
+    assert model.get_latent_representation().shape == (small_adata.n_obs, tiny["n_hidden"])
+    assert model.module.n_input == small_adata.n_vars
+    with pytest.raises(ValueError, match="RNA modality 'gex' not found"):
+        SCTrilemma.setup_mudata(mdata, modalities={"rna_layer": "gex"})
+
+
+# ---------------------------------------------------------------- bad input
+def test_log_normalised_data_is_refused(small_adata):
+    small_adata.X = sp.csr_matrix(np.log1p(small_adata.X.toarray().astype(np.float32)))
+    with pytest.raises(ValueError, match=r"non-integer values.*layer='counts'"):
+        SCTrilemma.setup_anndata(small_adata)
+
+
+def test_negative_values_are_refused(small_adata):
+    dense = small_adata.X.toarray().astype(np.float32)
+    dense[0, 0] = -1
+    small_adata.X = dense
+    with pytest.raises(ValueError, match="negative values"):
+        SCTrilemma.setup_anndata(small_adata)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_and_inf_are_refused(small_adata, bad):
+    dense = small_adata.X.toarray().astype(np.float32)
+    dense[1, 2] = bad
+    small_adata.X = dense
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        SCTrilemma.setup_anndata(small_adata)
+
+
+def test_missing_obs_key_and_layer(small_adata):
+    with pytest.raises(ValueError, match="`donor_key='individual'` is not a column of adata.obs"):
+        SCTrilemma.setup_anndata(small_adata, donor_key="individual")
+    with pytest.raises(ValueError, match="`layer='counts'` is not in the layers"):
+        SCTrilemma.setup_anndata(small_adata, layer="counts")
+
+
+def test_no_genes_is_refused(small_adata):
+    with pytest.raises(ValueError, match="has no genes"):
+        SCTrilemma.setup_anndata(small_adata[:, []].copy())
+
+
+def test_donor_key_with_missing_values(small_adata):
+    small_adata.obs["donor"] = small_adata.obs["donor"].astype(object)
+    small_adata.obs.iloc[3, small_adata.obs.columns.get_loc("donor")] = np.nan
+    with pytest.raises(ValueError, match="has 1 missing values"):
+        SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+
+
+def test_empty_cells_are_refused_at_embedding(small_adata, tiny):
+    model = _trained(small_adata, tiny)
+    query = small_adata.copy()
+    dense = query.X.toarray()
+    dense[0] = 0
+    query.X = sp.csr_matrix(dense)
+    with pytest.raises(ValueError, match="have no counts"):
+        model.get_latent_representation(query)
+
+
+def test_gene_mismatch_is_refused(small_adata, tiny):
+    model = _trained(small_adata, tiny)
+    reordered = small_adata[:, small_adata.var_names[::-1]].copy()
+    with pytest.raises(ValueError, match="genes differ from the model's"):
+        model.get_latent_representation(reordered)
+
+
+def test_unknown_gene_in_gene_list(small_adata, tiny):
+    model = _trained(small_adata, tiny)
+    with pytest.raises(ValueError, match="not among the model's genes"):
+        model.get_normalized_expression(gene_list=["NOT_A_GENE"])
+
+
+def test_new_donors_can_be_embedded(small_adata, example_adata, tiny):
+    model = _trained(small_adata, tiny)
+    query = example_adata[~example_adata.obs_names.isin(small_adata.obs_names)][:50].copy()
+    query.obs["donor"] = "unseen-" + query.obs["donor"].astype(str)
+    latent = model.get_latent_representation(query)
+    assert latent.shape == (50, tiny["n_hidden"])

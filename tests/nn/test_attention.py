@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sctrilemma.nn import CrossAttention, CrossAttentionBlock, SwiGLU
+
+N_HIDDEN, N_HEADS = 32, 4
+
+
+def _layers() -> list[torch.nn.Module]:
+    torch.manual_seed(0)
+    return [
+        CrossAttention(N_HIDDEN, n_heads=N_HEADS).eval(),
+        CrossAttentionBlock(N_HIDDEN, n_heads=N_HEADS, dropout_rate=0.0).eval(),
+    ]
+
+
+@pytest.mark.parametrize("layer", _layers(), ids=["attention", "block"])
+def test_output_shape(layer: torch.nn.Module) -> None:
+    queries, context = torch.randn(3, 5, N_HIDDEN), torch.randn(3, 17, N_HIDDEN)
+    out = layer(queries, context)
+    assert out.shape == (3, 5, N_HIDDEN)
+    assert torch.isfinite(out).all()
+
+
+def test_block_output_shape_with_mask() -> None:
+    block = CrossAttentionBlock(N_HIDDEN, n_heads=N_HEADS, dropout_rate=0.1, ffn_multiplier=2.0)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[0, 4:] = False
+    assert block(torch.randn(2, 6, N_HIDDEN), torch.randn(2, 9, N_HIDDEN), mask).shape == (2, 6, N_HIDDEN)
+    assert block.ffn.proj_in.out_features == 2 * 2 * N_HIDDEN
+
+
+def test_cross_attention_matches_manual_multihead() -> None:
+    torch.manual_seed(1)
+    attention = CrossAttention(N_HIDDEN, n_heads=N_HEADS).eval()
+    queries, context = torch.randn(2, 3, N_HIDDEN), torch.randn(2, 7, N_HIDDEN)
+    head = N_HIDDEN // N_HEADS
+    q = attention.to_q(queries)
+    k, v = attention.to_kv(context).chunk(2, dim=-1)
+    outs = []
+    for h in range(N_HEADS):
+        sl = slice(h * head, (h + 1) * head)
+        scores = q[..., sl] @ k[..., sl].transpose(-1, -2) / math.sqrt(head)
+        outs.append(torch.softmax(scores, dim=-1) @ v[..., sl])
+    expected = attention.to_out(torch.cat(outs, dim=-1))
+    torch.testing.assert_close(attention(queries, context), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layer", _layers(), ids=["attention", "block"])
+def test_padded_context_positions_are_ignored(layer: torch.nn.Module) -> None:
+    queries, context = torch.randn(2, 4, N_HIDDEN), torch.randn(2, 10, N_HIDDEN)
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    mask[0, 7:] = False
+    mask[1, 3:] = False
+    changed = context.clone()
+    changed[~mask] = 100.0 * torch.randn(int((~mask).sum()), N_HIDDEN)
+    with torch.no_grad():
+        out = layer(queries, context, mask)
+        out_changed = layer(queries, changed, mask)
+        unmasked = layer(queries, changed)
+    torch.testing.assert_close(out_changed, out, rtol=0.0, atol=1e-6)
+    # Without the mask the same change does reach the output (the check above is not vacuous).
+    assert not torch.allclose(unmasked, out, atol=1e-3)
+
+
+@pytest.mark.parametrize("layer", _layers(), ids=["attention", "block"])
+def test_queries_do_not_interact(layer: torch.nn.Module) -> None:
+    queries, context = torch.randn(2, 6, N_HIDDEN), torch.randn(2, 11, N_HIDDEN)
+    changed = queries.clone()
+    changed[:, 2] = 10.0 * torch.randn(2, N_HIDDEN)
+    with torch.no_grad():
+        out, out_changed = layer(queries, context), layer(changed, context)
+        alone = layer(queries[:, :1], context)
+    keep = [0, 1, 3, 4, 5]
+    torch.testing.assert_close(out_changed[:, keep], out[:, keep], rtol=0.0, atol=1e-6)
+    assert not torch.allclose(out_changed[:, 2], out[:, 2], atol=1e-3)
+    # A single query gives the same output as within a set of queries: no n_queries x n_queries attention.
+    torch.testing.assert_close(alone[:, 0], out[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_heads_must_divide_width() -> None:
+    with pytest.raises(ValueError, match="divisible"):
+        CrossAttention(30, n_heads=4)
+
+
+def test_swiglu_formula_and_shape() -> None:
+    torch.manual_seed(2)
+    ffn = SwiGLU(N_HIDDEN, n_ffn=3 * N_HIDDEN).eval()
+    x = torch.randn(4, 5, N_HIDDEN)
+    w1, w3 = ffn.proj_in.weight.chunk(2, dim=0)
+    b1, b3 = ffn.proj_in.bias.chunk(2)
+    expected = ffn.proj_out(F.silu(x @ w1.T + b1) * (x @ w3.T + b3))
+    out = ffn(x)
+    assert out.shape == x.shape
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
