@@ -1,10 +1,14 @@
 from __future__ import annotations
 
-import anndata as ad
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse as sp
 
 from sctrilemma.data import load_example
+
+if TYPE_CHECKING:
+    import anndata as ad
 
 
 def test_example_contents(example_adata: ad.AnnData) -> None:

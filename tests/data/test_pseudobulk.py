@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-import anndata as ad
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -8,6 +9,9 @@ from sklearn.cluster import KMeans
 
 import sctrilemma.data._pseudobulk as pseudobulk_module
 from sctrilemma.data import PseudobulkCodebook, pseudobulk_profiles
+
+if TYPE_CHECKING:
+    import anndata as ad
 
 TOY_COUNTS = np.array(
     [
@@ -44,7 +48,9 @@ def test_profiles_match_hand_computation(sparse: bool, row_chunk: int | None, mo
     assert profiles.shape == (3, 4)
     np.testing.assert_allclose(profiles, expected, rtol=1e-12, atol=1e-12)
     # Group 0 by hand, written out: cells 0, 2, 5.
-    group0 = np.log1p((np.array([1, 0, 3, 6]) / 10 + np.array([2, 2, 2, 2]) / 8 + np.array([0, 9, 1, 0]) / 10) / 3 * 1e4)
+    group0 = np.log1p(
+        (np.array([1, 0, 3, 6]) / 10 + np.array([2, 2, 2, 2]) / 8 + np.array([0, 9, 1, 0]) / 10) / 3 * 1e4
+    )
     np.testing.assert_allclose(profiles[0], group0, rtol=1e-12)
 
 

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
-import anndata as ad
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 import torch
 
 from sctrilemma.module import SCTrilemmaModule, training_crop
+
+if TYPE_CHECKING:
+    import anndata as ad
 
 PAPER_N_GENES = 61890
 STRIDE = 10

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
-import anndata as ad
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 import torch
 
 from sctrilemma.module import expressed_crop, training_crop
 from sctrilemma.module._tokens import log_normalize
+
+if TYPE_CHECKING:
+    import anndata as ad
 
 
 @pytest.fixture

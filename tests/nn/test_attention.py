@@ -11,15 +11,14 @@ from sctrilemma.nn import CrossAttention, CrossAttentionBlock, SwiGLU
 N_HIDDEN, N_HEADS = 32, 4
 
 
-def _layers() -> list[torch.nn.Module]:
+@pytest.fixture(params=["attention", "block"])
+def layer(request: pytest.FixtureRequest) -> torch.nn.Module:
     torch.manual_seed(0)
-    return [
-        CrossAttention(N_HIDDEN, n_heads=N_HEADS).eval(),
-        CrossAttentionBlock(N_HIDDEN, n_heads=N_HEADS, dropout_rate=0.0).eval(),
-    ]
+    if request.param == "attention":
+        return CrossAttention(N_HIDDEN, n_heads=N_HEADS).eval()
+    return CrossAttentionBlock(N_HIDDEN, n_heads=N_HEADS, dropout_rate=0.0).eval()
 
 
-@pytest.mark.parametrize("layer", _layers(), ids=["attention", "block"])
 def test_output_shape(layer: torch.nn.Module) -> None:
     queries, context = torch.randn(3, 5, N_HIDDEN), torch.randn(3, 17, N_HIDDEN)
     out = layer(queries, context)
@@ -51,7 +50,6 @@ def test_cross_attention_matches_manual_multihead() -> None:
     torch.testing.assert_close(attention(queries, context), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("layer", _layers(), ids=["attention", "block"])
 def test_padded_context_positions_are_ignored(layer: torch.nn.Module) -> None:
     queries, context = torch.randn(2, 4, N_HIDDEN), torch.randn(2, 10, N_HIDDEN)
     mask = torch.ones(2, 10, dtype=torch.bool)
@@ -68,7 +66,6 @@ def test_padded_context_positions_are_ignored(layer: torch.nn.Module) -> None:
     assert not torch.allclose(unmasked, out, atol=1e-3)
 
 
-@pytest.mark.parametrize("layer", _layers(), ids=["attention", "block"])
 def test_queries_do_not_interact(layer: torch.nn.Module) -> None:
     queries, context = torch.randn(2, 6, N_HIDDEN), torch.randn(2, 11, N_HIDDEN)
     changed = queries.clone()
