@@ -33,6 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="2 epochs instead of --max-epochs")
     parser.add_argument("--max-epochs", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the model's)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     scvi.settings.seed = 0
@@ -43,7 +44,8 @@ def main() -> None:
     sctrilemma.SCTrilemma.setup_anndata(adata, donor_key="donor")
     model = sctrilemma.SCTrilemma(adata, preset="small")
     start = time.perf_counter()
-    model.train(max_epochs=2 if args.quick else args.max_epochs, enable_progress_bar=False)
+    plan_kwargs = {} if args.lr is None else {"lr": args.lr}
+    model.train(max_epochs=2 if args.quick else args.max_epochs, enable_progress_bar=False, plan_kwargs=plan_kwargs)
     train_seconds = time.perf_counter() - start
     results["sctrilemma_small"] = {**scores(model.get_latent_representation(), cell_type, donor), "train_s": train_seconds}
 

@@ -13,7 +13,7 @@ def test_train_then_embed(small_adata, tmp_path, capsys):
     small_adata.write_h5ad(path)
     model_dir = tmp_path / "model"
     assert main(["train", str(path), "--out", str(model_dir), "--donor-key", "donor", "--max-steps", "2"]) == 0
-    assert (model_dir / "model.pt").exists()
+    assert (model_dir / "model.safetensors").exists()
     out = tmp_path / "embedded.h5ad"
     assert main(["embed", str(path), "--model", str(model_dir), "--out", str(out)]) == 0
     embedded = ad.read_h5ad(out)
@@ -43,4 +43,4 @@ def test_example_main_job(tmp_path):
     embedded = ad.read_h5ad(tmp_path / "example_embedded.h5ad")
     assert embedded.obsm["X_sctrilemma"].shape == (3000, 64)
     assert (tmp_path / "umap.png").stat().st_size > 10_000
-    assert (tmp_path / "model" / "model.pt").exists()
+    assert (tmp_path / "model" / "model.safetensors").exists()

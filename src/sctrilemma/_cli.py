@@ -28,10 +28,10 @@ def _embed(args: argparse.Namespace) -> None:
 
     from sctrilemma import SCTrilemma
 
-    adata = ad.read_h5ad(args.input)
-    model = SCTrilemma.load(args.model)
-    embedding = model.get_latent_representation(adata, batch_size=args.batch_size)
-    out = ad.read_h5ad(args.input)  # write onto an untouched copy: no scvi registry columns
+    out = ad.read_h5ad(args.input)
+    # Zero-shot: the query may have another gene set (IDs or symbols) and unseen donors; `out` is not modified.
+    model = SCTrilemma.load_query_data(out, args.model, layer=args.layer)
+    embedding = model.get_latent_representation(batch_size=args.batch_size)
     out.obsm[EMBEDDING_KEY] = embedding
     out.write_h5ad(args.out, compression="gzip")
     print(f"Wrote {embedding.shape[0]} x {embedding.shape[1]} embeddings to {args.out} (.obsm[{EMBEDDING_KEY!r}])")
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("input", help="input .h5ad with raw counts and the model's genes")
     embed.add_argument("--model", required=True, help="directory of a saved model")
     embed.add_argument("--out", required=True, help="output .h5ad (input plus .obsm['X_sctrilemma'])")
+    embed.add_argument("--layer", default=None, help="layer with raw counts (default: the model's, else X)")
     embed.add_argument("--batch-size", type=int, default=None, help="cells per batch")
     embed.set_defaults(func=_embed)
 

@@ -15,9 +15,12 @@ from scvi.model.base import BaseModelClass, UnsupervisedTrainingMixin, VAEMixin
 from scvi.data._utils import _check_if_view
 from scvi.utils import setup_anndata_dsp
 
+from sctrilemma._allocator import retain_freed_memory
 from sctrilemma._constants import SCT_MODULE_KEYS, SCT_REGISTRY_KEYS
 from sctrilemma.model._presets import resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
+from sctrilemma.model._reference_mixin import ReferenceMixin
+from sctrilemma.data._genes import find_symbol_column
 from sctrilemma._validation import (
     cell_statistics,
     check_counts,
@@ -43,7 +46,7 @@ MIN_EXPRESSED_GENES = 5
 PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
-class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass):
+class SCTrilemma(ReferenceMixin, PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass):
     """scTrilemma: a gene-token Perceiver VAE with E-Gate, C-Route and PB-Cond :cite:p:`sctrilemma`.
 
     Parameters
@@ -134,6 +137,7 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
         self.prior_ = prior
         self.pseudobulk_codebook_: dict | None = None
         self.gene_names_ = None if adata is None else _gene_names(adata, self.registry_)
+        self.gene_symbols_ = None if adata is None else _gene_symbols(adata, self.registry_)
         self.module = self._module_cls(
             self.summary_stats.n_vars,
             **sizes,
@@ -306,7 +310,9 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
         AdamW (lr 2e-4, weight decay 1e-4), linear warm-up over 5 % of steps then cosine decay,
         KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and
         ``precision="bf16-mixed"`` on CUDA. Cells with fewer than ``min_expressed_genes`` expressed
-        genes are left out of training (they go to the test split).
+        genes are left out of training (they go to the test split). On Linux, glibc is told to keep
+        freed activation memory for reuse (see ``sctrilemma._allocator``; ``SCTRILEMMA_TUNE_MALLOC=0``
+        turns this off).
 
         Parameters
         ----------
@@ -332,6 +338,7 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
         """
         # Lightning does not switch modules back to training mode after load or a previous fit.
         self.module.train()
+        retain_freed_memory()
         self._prepare_prior(self.adata)
         splits = self._training_split(train_size, validation_size, min_expressed_genes)
         datasplitter_kwargs = {**(datasplitter_kwargs or {}), "external_indexing": splits}
@@ -410,6 +417,7 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
         ValueError
             If a requested cell has no counts.
         """
+        retain_freed_memory()
         if dataloader is None:
             adata = self._validate_anndata(adata)
             self._check_cells_have_counts(adata, indices)
@@ -449,9 +457,8 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
         gene_list
             Genes (``var_names``) to return; the decoded set by default.
         library_size
-            ``"observed"``: each cell's raw total over the decoded set, giving expected counts
-            (the ZINB mean, as in training); a number scales the proportions instead (``1`` gives
-            proportions, ``1e4`` CP10K-like values).
+            ``"observed"``: each cell's raw total, giving expected counts (the ZINB mean); a number
+            scales the proportions instead (``1`` gives proportions, ``1e4`` CP10K-like values).
         n_samples
             Posterior samples of the latent tokens; ``1`` uses the posterior mean.
         return_mean
@@ -465,6 +472,7 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
         -------
         ``(n_cells, n_genes)`` DataFrame indexed by cell names with gene columns, or an array.
         """
+        retain_freed_memory()
         adata = self._validate_anndata(adata)
         self._check_cells_have_counts(adata, indices)
         genes = _gene_names(adata, self.registry_)
@@ -496,7 +504,7 @@ class SCTrilemma(PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModel
             logits = self.module.decode_in_chunks(flat_tokens, pooled.reshape(-1, pooled.shape[-1]), decoded_t)
             proportions = torch.softmax(logits[..., 0].float(), dim=-1)[:, columns_in_decoded]
             if library_size == "observed":
-                library = x[:, decoded_t].sum(1, keepdim=True).repeat(n_samples, 1)
+                library = x.sum(1, keepdim=True).repeat(n_samples, 1)
             else:
                 library = torch.tensor(float(library_size), device=device)
             results.append((proportions * library).view(n_samples, x.shape[0], -1).cpu().numpy())
@@ -537,9 +545,21 @@ def _uses_cuda(accelerator: str) -> bool:
     return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
 
 
-def _gene_names(adata: AnnData | MuData, registry: dict) -> np.ndarray:
-    """Names of the modelled genes: ``var_names``, or those of the RNA modality of a MuData."""
+def _rna(adata: AnnData | MuData, registry: dict) -> AnnData:
+    """The AnnData with the modelled genes: ``adata`` itself, or the RNA modality of a MuData."""
     if hasattr(adata, "mod"):
         modalities = registry["setup_args"].get("modalities") or {"rna_layer": "rna"}
-        adata = adata.mod[modalities["rna_layer"]]
-    return np.asarray(adata.var_names.astype(str), dtype=object)
+        return adata.mod[modalities["rna_layer"]]
+    return adata
+
+
+def _gene_names(adata: AnnData | MuData, registry: dict) -> np.ndarray:
+    """Names of the modelled genes (``var_names``)."""
+    return np.asarray(_rna(adata, registry).var_names.astype(str), dtype=object)
+
+
+def _gene_symbols(adata: AnnData | MuData, registry: dict) -> np.ndarray | None:
+    """Gene symbols from a conventional ``var`` column (e.g. ``gene_symbol``), if there is one."""
+    var = _rna(adata, registry).var
+    column = find_symbol_column(var)
+    return None if column is None else np.asarray(var[column].astype(str), dtype=object)

@@ -10,14 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-RMS_EPS = 1e-6
 
 
 class SwiGLU(nn.Module):
-    """SwiGLU feed-forward layer :cite:p:`shazeer2020glu`: ``dropout(W2(silu(W1 x) * W3 x))``.
+    """SwiGLU feed-forward layer :cite:p:`shazeer2020glu`: ``dropout(W2 dropout(silu(W1 x) * W3 x))``.
 
-    ``W1`` and ``W3`` are fused into one projection of width ``2 * n_ffn``. Dropout acts on the
-    ``n_hidden``-wide output (residual dropout), not on the four-times wider hidden layer.
+    ``W1`` (gate) and ``W3`` (value) are fused into one projection of width ``2 * n_ffn``, gate half
+    first. Dropout acts on the hidden layer and on the output, as in the authors' configuration.
     """
 
     def __init__(self, n_hidden: int, *, n_ffn: int, dropout_rate: float = 0.0) -> None:
@@ -29,7 +28,7 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x`` of shape ``(..., n_hidden)``."""
         gate, value = self.proj_in(x).chunk(2, dim=-1)
-        return self.dropout(self.proj_out(F.silu(gate) * value))
+        return self.dropout(self.proj_out(self.dropout(F.silu(gate) * value)))
 
 
 class CrossAttention(nn.Module):
@@ -84,16 +83,17 @@ class CrossAttention(nn.Module):
 class CrossAttentionBlock(nn.Module):
     """Pre-norm cross-attention then SwiGLU feed-forward, both residual.
 
-    Queries and context get their own RMSNorm, as in the Perceiver's latent cross-attention
-    :cite:p:`jaegle2021perceiver`.
+    Queries and context get their own RMSNorm (learnable weight, machine-epsilon ``eps``), as in the
+    Perceiver's latent cross-attention :cite:p:`jaegle2021perceiver`. Dropout acts on the attention
+    weights, not on the attention residual.
     """
 
     def __init__(self, n_hidden: int, *, n_heads: int, dropout_rate: float, ffn_multiplier: float = 4.0) -> None:
         super().__init__()
-        self.norm_queries = nn.RMSNorm(n_hidden, eps=RMS_EPS)
-        self.norm_context = nn.RMSNorm(n_hidden, eps=RMS_EPS)
+        self.norm_queries = nn.RMSNorm(n_hidden)
+        self.norm_context = nn.RMSNorm(n_hidden)
         self.attention = CrossAttention(n_hidden, n_heads=n_heads, dropout_rate=dropout_rate)
-        self.norm_ffn = nn.RMSNorm(n_hidden, eps=RMS_EPS)
+        self.norm_ffn = nn.RMSNorm(n_hidden)
         self.ffn = SwiGLU(n_hidden, n_ffn=int(ffn_multiplier * n_hidden), dropout_rate=dropout_rate)
 
     def forward(

@@ -1,0 +1,3 @@
+from ._reference import UpstreamStyleVAE
+
+__all__ = ["UpstreamStyleVAE"]

@@ -1,0 +1,163 @@
+"""Matching a query's genes to a model's gene vocabulary: Ensembl IDs (version suffixes stripped) or symbols."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+logger = logging.getLogger(__name__)
+
+SYMBOL_COLUMNS = ("gene_symbols", "gene_symbol", "feature_name", "gene_name", "gene_names", "symbol", "symbols")
+_VERSION_SUFFIX = re.compile(r"[.-]\d+$")
+_ENSEMBL = re.compile(r"^ENS[A-Z]*G\d{6,}")
+
+
+def strip_version(gene_ids: Sequence[str]) -> np.ndarray:
+    """Ensembl IDs without a trailing version such as ``.1`` or ``-1`` (other names are left as they are)."""
+    return np.asarray([_VERSION_SUFFIX.sub("", g) if _ENSEMBL.match(g) else g for g in map(str, gene_ids)], dtype=object)
+
+
+def find_symbol_column(var: pd.DataFrame) -> str | None:
+    """The first ``var`` column with a conventional gene-symbol name, or ``None``."""
+    return next((c for c in SYMBOL_COLUMNS if c in var.columns), None)
+
+
+@dataclass(frozen=True)
+class GeneMatch:
+    """How a query's genes map onto a vocabulary.
+
+    Attributes
+    ----------
+    query_index
+        Positions of matched genes in the query, ``(n_matched,)``.
+    vocab_index
+        Their positions in the vocabulary, ``(n_matched,)``.
+    by
+        ``"ensembl"`` or ``"symbol"``.
+    n_query
+        Genes in the query.
+    expressed_fraction
+        Fraction of the query's expressed genes (non-zero total) that matched.
+    """
+
+    query_index: np.ndarray
+    vocab_index: np.ndarray
+    by: str
+    n_query: int
+    expressed_fraction: float
+
+    @property
+    def n_matched(self) -> int:
+        """Matched query genes."""
+        return int(self.query_index.size)
+
+    def project(self, counts, n_vocab: int) -> sp.csr_matrix:
+        """Counts ``(n_cells, n_query)`` in vocabulary order ``(n_cells, n_vocab)``; duplicates are summed."""
+        mapping = sp.csr_matrix(
+            (np.ones(self.n_matched, dtype=np.float32), (self.query_index, self.vocab_index)),
+            shape=(self.n_query, n_vocab),
+        )
+        counts = counts if sp.issparse(counts) else sp.csr_matrix(np.asarray(counts))
+        return sp.csr_matrix(counts @ mapping, dtype=np.float32)
+
+
+def _lookup(names: np.ndarray, vocabulary: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``names`` found in ``vocabulary`` and their vocabulary positions (first occurrence)."""
+    vocab = pd.Index(vocabulary)
+    first = ~vocab.duplicated(keep="first")
+    found = pd.Series(np.flatnonzero(first), index=vocab[first]).reindex(names)
+    keep = found.notna().to_numpy()
+    return np.flatnonzero(keep), found.to_numpy()[keep].astype(np.int64)
+
+
+def match_genes(
+    query_var_names: Sequence[str],
+    vocabulary: Sequence[str],
+    *,
+    query_symbols: Sequence[str] | None = None,
+    vocabulary_symbols: Sequence[str] | None = None,
+    expressed: np.ndarray | None = None,
+    min_fraction: float = 0.5,
+) -> GeneMatch:
+    """Match query genes to a vocabulary, choosing Ensembl IDs or symbols automatically.
+
+    Tries the query's names as Ensembl IDs (version suffixes stripped on both sides), as symbols
+    against ``vocabulary_symbols``, and ``query_symbols`` against those too; keeps whichever matches
+    most genes and logs a report.
+
+    Parameters
+    ----------
+    query_var_names
+        The query's ``var_names``.
+    vocabulary
+        The model's genes (Ensembl IDs).
+    query_symbols
+        Symbols of the query genes (e.g. ``var["gene_symbols"]``), if any.
+    vocabulary_symbols
+        Symbols of the vocabulary genes, if known.
+    expressed
+        Boolean ``(n_query,)`` marking genes with non-zero counts; all genes when ``None``.
+    min_fraction
+        Minimum fraction of the query's expressed genes that must match.
+
+    Returns
+    -------
+    The best :class:`GeneMatch`.
+
+    Raises
+    ------
+    ValueError
+        If fewer than ``min_fraction`` of the expressed genes match; the message names the likely cause.
+    """
+    names = np.asarray(list(map(str, query_var_names)), dtype=object)
+    vocab = strip_version(vocabulary)
+    expressed = np.ones(names.size, dtype=bool) if expressed is None else np.asarray(expressed, dtype=bool)
+    candidates = {"ensembl": _lookup(strip_version(names), vocab)}
+    if vocabulary_symbols is not None:
+        vocab_symbols = np.asarray([str(s).upper() for s in vocabulary_symbols], dtype=object)
+        candidates["symbol"] = _lookup(np.asarray([n.upper() for n in names], dtype=object), vocab_symbols)
+        if query_symbols is not None:
+            symbols = np.asarray([str(s).upper() for s in query_symbols], dtype=object)
+            candidates["symbol column"] = _lookup(symbols, vocab_symbols)
+    by, (query_index, vocab_index) = max(candidates.items(), key=lambda item: item[1][0].size)
+    n_expressed = max(int(expressed.sum()), 1)
+    fraction = float(expressed[query_index].sum()) / n_expressed
+    logger.info(
+        "Matched %d of %d query genes by %s (%.1f%% of the %d expressed genes).",
+        query_index.size, names.size, by, 100 * fraction, n_expressed,
+    )  # fmt: skip
+    if fraction < min_fraction:
+        raise ValueError(
+            f"Only {100 * fraction:.1f}% of the query's expressed genes match the model's genes "
+            f"(best: {by}, {query_index.size} of {names.size}; need {100 * min_fraction:.0f}%). "
+            f"{_likely_cause(names, query_symbols, vocabulary_symbols)}"
+        )
+    return GeneMatch(query_index, vocab_index, "symbol" if by.startswith("symbol") else by, names.size, fraction)
+
+
+def _likely_cause(names: np.ndarray, query_symbols, vocabulary_symbols) -> str:
+    sample = names[: min(names.size, 2000)]
+    if any(str(n).startswith(("ENSMUSG", "ENSRNOG", "ENSDARG")) for n in sample):
+        return "The query's Ensembl IDs are not human (e.g. ENSMUSG...): the model covers another species."
+    looks_ensembl = np.mean([bool(_ENSEMBL.match(str(n))) for n in sample]) > 0.5
+    if not looks_ensembl:
+        mixed_case = np.mean([str(n)[:1].isupper() and str(n)[1:].islower() for n in sample if len(str(n)) > 1]) > 0.5
+        if mixed_case:
+            return "The query's symbols look like mouse symbols (e.g. 'Cd3e'): the model covers another species."
+        if vocabulary_symbols is None:
+            return (
+                "The query names look like gene symbols but the model knows only Ensembl IDs: "
+                "set `var_names` to Ensembl IDs."
+            )
+        if query_symbols is None:
+            return "Check that `var_names` are gene symbols or Ensembl IDs of the model's species."
+    return "Check that the query measures the same species and uses Ensembl IDs or gene symbols."

@@ -1,0 +1,3 @@
+from ._reference import read_reference, write_reference
+
+__all__ = ["read_reference", "write_reference"]

@@ -1,0 +1,262 @@
+"""Save/load in the safe reference format, and zero-shot query mapping."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+from scvi.model._utils import parse_device_args
+
+from sctrilemma._validation import check_counts, check_obs_keys
+from sctrilemma.data._genes import find_symbol_column, match_genes
+from sctrilemma.io._reference import read_reference, versions, write_reference
+
+if TYPE_CHECKING:
+    import os
+
+    import torch
+    from mudata import MuData
+
+logger = logging.getLogger(__name__)
+
+REFERENCE_ATTRIBUTES = ("prior_", "is_trained_")
+MEASURED_COLUMN = "measured"
+
+
+class ReferenceMixin:
+    """Self-contained references (:meth:`save`, :meth:`load`) and zero-shot queries."""
+
+    # ------------------------------------------------------------------ save / load
+    def _reference_metadata(self) -> dict[str, Any]:
+        codebook = self.pseudobulk_codebook_
+        history = {
+            name: {"index": [int(i) for i in frame.index], "value": frame.iloc[:, 0].astype(float).tolist()}
+            for name, frame in (self.history_ or {}).items()
+        }
+        return {
+            "model_name": type(self).__name__,
+            "config": self.init_params_,
+            "registry": dict(self.registry_),
+            "genes": [str(g) for g in self.gene_names_],
+            "gene_symbols": None if self.gene_symbols_ is None else [str(s) for s in self.gene_symbols_],
+            "codebook": None if codebook is None else {k: v for k, v in codebook.items() if k != "centroids"},
+            "attributes": {name: getattr(self, name) for name in REFERENCE_ATTRIBUTES},
+            "history": history,
+            "versions": versions(),
+        }
+
+    def save(
+        self,
+        dir_path: str | os.PathLike,
+        overwrite: bool = False,
+        save_anndata: bool = False,
+        **anndata_write_kwargs,
+    ) -> None:
+        """Save a self-contained reference to ``dir_path/model.safetensors``.
+
+        The file holds the weights, the configuration, the gene vocabulary (Ensembl IDs and symbols
+        when known), the PB-Cond codebook, the scvi-tools registry, package versions and a
+        checksum. It is written to a temporary file and renamed, so an interrupted save leaves an
+        earlier reference intact. Loading it never unpickles anything.
+
+        Parameters
+        ----------
+        dir_path
+            Directory to write (created if needed).
+        overwrite
+            Replace an existing reference.
+        save_anndata
+            Also write the model's AnnData to ``dir_path/adata.h5ad``.
+        **anndata_write_kwargs
+            Passed to :meth:`anndata.AnnData.write_h5ad`.
+        """
+        codebook = self.pseudobulk_codebook_
+        write_reference(
+            dir_path,
+            self.module.state_dict(),
+            self._reference_metadata(),
+            None if codebook is None else codebook["centroids"],
+            overwrite=overwrite,
+        )
+        if save_anndata:
+            self.adata.write_h5ad(Path(dir_path) / "adata.h5ad", **anndata_write_kwargs)
+
+    @classmethod
+    def _from_parts(cls, module_state: dict[str, torch.Tensor], metadata: dict[str, Any]):
+        if metadata.get("model_name") != cls.__name__:
+            raise ValueError(f"The reference holds a {metadata.get('model_name')!r} model, not {cls.__name__}.")
+        registry = dict(metadata["registry"])
+        registry["field_registries"] = defaultdict(dict, registry["field_registries"])
+        config = metadata["config"]
+        kwargs = {k: v for group in config.get("kwargs", {}).values() for k, v in group.items()}
+        model = cls(None, registry=registry, **config["non_kwargs"], **kwargs)
+        model.module.load_state_dict(module_state)
+        model.gene_names_ = np.asarray(metadata["genes"], dtype=object)
+        symbols = metadata.get("gene_symbols")
+        model.gene_symbols_ = None if symbols is None else np.asarray(symbols, dtype=object)
+        model.pseudobulk_codebook_ = metadata.get("codebook")
+        for name, value in metadata.get("attributes", {}).items():
+            setattr(model, name, value)
+        model.history_ = {
+            name: pd.DataFrame({name: entry["value"]}, index=pd.Index(entry["index"], name="epoch"))
+            for name, entry in metadata.get("history", {}).items()
+        }
+        model.module.eval()
+        return model
+
+    @classmethod
+    def load(
+        cls,
+        dir_path: str | os.PathLike,
+        adata: ad.AnnData | MuData | None = None,
+        accelerator: str = "auto",
+        device: int | str = "auto",
+    ):
+        """Load a reference written by :meth:`save`.
+
+        Parameters
+        ----------
+        dir_path
+            Directory with ``model.safetensors``.
+        adata
+            Data with the model's genes to attach; without it the model embeds data passed later.
+        accelerator, device
+            Where to put the model (scvi-tools conventions).
+
+        Returns
+        -------
+        The model, in evaluation mode.
+
+        Raises
+        ------
+        ValueError
+            For a corrupt, truncated, tampered or pickle-based file.
+        """
+        reference = read_reference(dir_path)
+        model = cls._from_parts(reference.module_state, reference.metadata)
+        _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
+        model.to_device(torch_device)
+        if adata is not None:
+            model.adata = adata
+        return model
+
+    # ------------------------------------------------------------------ zero-shot queries
+    @classmethod
+    def prepare_query_anndata(
+        cls,
+        adata: ad.AnnData,
+        reference,
+        layer: str | None = None,
+        donor_key: str | None = None,
+        dataset_key: str | None = None,
+        min_overlap: float = 0.5,
+    ) -> ad.AnnData:
+        """A copy of a query in the reference's gene space, ready for zero-shot use.
+
+        Genes are matched by Ensembl ID (version suffixes such as ``.3`` stripped) or by symbol
+        (``var_names`` or a ``gene_symbols``-like column), whichever matches more; a report is
+        logged. Reference genes the query did not measure are zero columns and are flagged in
+        ``var["measured"]``; they never become encoder tokens. The user's AnnData is not modified.
+
+        Parameters
+        ----------
+        adata
+            Query with raw counts.
+        reference
+            A trained model or the directory of a saved reference.
+        layer
+            Layer with the query's counts; defaults to the reference's layer when the query has it,
+            else ``X``.
+        donor_key, dataset_key
+            Query columns with donors/datasets, copied under the reference's column names; a
+            missing column becomes one ``"unknown"`` group.
+        min_overlap
+            Minimum fraction of the query's expressed genes that must match.
+
+        Returns
+        -------
+        New AnnData ``(n_obs, n_reference_genes)``.
+
+        Raises
+        ------
+        ValueError
+            If counts are not raw counts or too few genes match (the message names the likely cause).
+        """
+        model = reference if isinstance(reference, cls) else cls.load(reference)
+        setup_args = model.registry_["setup_args"]
+        reference_layer = setup_args.get("layer") or setup_args.get("rna_layer")
+        if layer is None and reference_layer is not None and reference_layer in adata.layers:
+            layer = reference_layer
+        counts = adata.X if layer is None else adata.layers[layer]
+        where = "adata.X" if layer is None else f"adata.layers[{layer!r}]"
+        check_counts(counts, where=where)
+        check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
+        expressed = np.asarray(counts.sum(axis=0)).ravel() > 0
+        symbol_column = find_symbol_column(adata.var)
+        match = match_genes(
+            adata.var_names,
+            model.gene_names_,
+            query_symbols=None if symbol_column is None else adata.var[symbol_column].astype(str).to_numpy(),
+            vocabulary_symbols=model.gene_symbols_,
+            expressed=expressed,
+            min_fraction=min_overlap,
+        )
+        projected = match.project(counts, model.gene_names_.size)
+        var = pd.DataFrame(index=pd.Index(model.gene_names_.astype(str)))
+        if model.gene_symbols_ is not None:
+            var["gene_symbol"] = model.gene_symbols_.astype(str)
+        var[MEASURED_COLUMN] = np.isin(np.arange(var.shape[0]), match.vocab_index)
+        query = ad.AnnData(X=projected, obs=adata.obs.copy(), var=var)
+        if reference_layer is not None:
+            query.layers[reference_layer] = projected.copy()
+        for argument, query_column in {"donor_key": donor_key, "dataset_key": dataset_key}.items():
+            column = setup_args.get(argument)
+            if column is None:
+                continue
+            source = query_column or column
+            if source in query.obs.columns:
+                query.obs[column] = query.obs[source].astype(str).to_numpy()
+            else:
+                logger.info("The query has no %r column; its cells form one %r group.", column, "unknown")
+                query.obs[column] = "unknown"
+        query.uns["sctrilemma_gene_match"] = {
+            "by": match.by,
+            "n_query_genes": match.n_query,
+            "n_matched": match.n_matched,
+            "expressed_fraction": match.expressed_fraction,
+        }
+        return query
+
+    @classmethod
+    def load_query_data(cls, adata: ad.AnnData, reference, **prepare_kwargs):
+        """A new model that embeds ``adata`` zero-shot with a reference's weights: no training needed.
+
+        Parameters
+        ----------
+        adata
+            Query with raw counts (any gene set with enough overlap), which is left unchanged and
+            mapped with :meth:`prepare_query_anndata`, or that method's output, used as it is.
+        reference
+            A trained model (left unchanged) or the directory of a saved reference.
+        **prepare_kwargs
+            Passed to :meth:`prepare_query_anndata` when ``adata`` is not yet in the reference's genes.
+
+        Returns
+        -------
+        The model with ``adata`` attached; call :meth:`get_latent_representation`.
+        """
+        if isinstance(reference, cls):
+            model = cls._from_parts(reference.module.state_dict(), reference._reference_metadata())
+            if reference.pseudobulk_codebook_ is not None:
+                model.pseudobulk_codebook_ = dict(reference.pseudobulk_codebook_)
+        else:
+            model = cls.load(reference)
+        if "sctrilemma_gene_match" not in adata.uns:
+            adata = cls.prepare_query_anndata(adata, model, **prepare_kwargs)
+        model.adata = adata
+        return model
