@@ -11,6 +11,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -316,3 +317,41 @@ def test_read_upstream_vocabulary_rejects_non_permutations(tmp_path: Path, vocab
     path.write_text(json.dumps(vocab))
     with pytest.raises(ValueError, match="permutation|integer|object"):
         read_upstream_vocabulary(path)
+
+
+def test_import_upstream_checkpoint_end_to_end(reference: UpstreamStyleVAE, checkpoint: Path, counts: torch.Tensor, tmp_path: Path) -> None:
+    import anndata as ad
+    import scipy.sparse as sp
+
+    from sctrilemma import SCTrilemma
+    from sctrilemma.io import import_upstream_checkpoint
+
+    genes = ["<pad>", "<mask>"] + [f"ENSG{i:011d}" for i in range(V - 2)]
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text(json.dumps({g: i for i, g in enumerate(genes)}))
+    out = tmp_path / "imported"
+    symbols = {g: f"GENE{i}" for i, g in enumerate(genes)}
+    written = import_upstream_checkpoint(checkpoint, vocab, out, n_heads=HEADS, crop_size=V, gene_symbols=symbols)
+    assert written.exists()
+    model = SCTrilemma.load(out)
+    assert model.is_trained
+    assert list(model.gene_names_) == genes
+    assert model.gene_symbols_[5] == "GENE5"
+    assert model.pseudobulk_codebook_ is None
+    # a query with the measured genes (Ensembl IDs with version suffixes), embedded zero-shot
+    query = ad.AnnData(sp.csr_matrix(counts[:, 2:].numpy()), var=pd.DataFrame(index=[g + ".3" for g in genes[2:]]))
+    embedded = SCTrilemma.load_query_data(query, out).get_latent_representation()
+    with torch.no_grad():
+        expected = reference.embed(counts, V).numpy()
+    np.testing.assert_allclose(embedded, expected, atol=1e-5)
+    with pytest.raises(ValueError, match="already exists"):
+        import_upstream_checkpoint(checkpoint, vocab, out, n_heads=HEADS)
+
+
+def test_import_refuses_a_mismatched_vocabulary(checkpoint: Path, tmp_path: Path) -> None:
+    from sctrilemma.io import import_upstream_checkpoint
+
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text(json.dumps({f"G{i}": i for i in range(V - 5)}))
+    with pytest.raises(ValueError, match="vocabulary has 295 entries"):
+        import_upstream_checkpoint(checkpoint, vocab, tmp_path / "out")

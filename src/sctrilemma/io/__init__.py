@@ -1,3 +1,12 @@
+from ._import import import_upstream_checkpoint
 from ._reference import read_reference, write_reference
+from ._upstream import read_checkpoint_tensors, read_upstream_vocabulary, upstream_to_module_state
 
-__all__ = ["read_reference", "write_reference"]
+__all__ = [
+    "import_upstream_checkpoint",
+    "read_checkpoint_tensors",
+    "read_reference",
+    "read_upstream_vocabulary",
+    "upstream_to_module_state",
+    "write_reference",
+]
