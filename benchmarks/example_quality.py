@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import TYPE_CHECKING
 
-import numpy as np
 import scanpy as sc
 import scvi
 from sklearn.metrics import silhouette_score
@@ -18,6 +18,9 @@ from sklearn.model_selection import cross_val_score
 from sklearn.neighbors import KNeighborsClassifier
 
 import sctrilemma
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def scores(embedding: np.ndarray, cell_type: np.ndarray, donor: np.ndarray) -> dict[str, float]:
@@ -47,7 +50,10 @@ def main() -> None:
     plan_kwargs = {} if args.lr is None else {"lr": args.lr}
     model.train(max_epochs=2 if args.quick else args.max_epochs, enable_progress_bar=False, plan_kwargs=plan_kwargs)
     train_seconds = time.perf_counter() - start
-    results["sctrilemma_small"] = {**scores(model.get_latent_representation(), cell_type, donor), "train_s": train_seconds}
+    results["sctrilemma_small"] = {
+        **scores(model.get_latent_representation(), cell_type, donor),
+        "train_s": train_seconds,
+    }
 
     pca = sctrilemma.data.load_example()
     sc.pp.normalize_total(pca, target_sum=1e4)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import anndata as ad
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 import scvi
 import torch
 
 from sctrilemma.data import load_example
+
+if TYPE_CHECKING:
+    import anndata as ad
 
 # Tiny configuration for fast model tests (same architecture, small sizes).
 TINY = {
@@ -55,7 +59,9 @@ def small_adata(_example: ad.AnnData) -> ad.AnnData:
     """400 cells of the example, 80 per donor, a fresh copy per test."""
     rng = np.random.default_rng(0)
     donors = _example.obs["donor"].to_numpy()
-    keep = np.sort(np.concatenate([rng.choice(np.flatnonzero(donors == d), 80, replace=False) for d in np.unique(donors)]))
+    keep = np.sort(
+        np.concatenate([rng.choice(np.flatnonzero(donors == d), 80, replace=False) for d in np.unique(donors)])
+    )
     return _example[keep].copy()
 
 

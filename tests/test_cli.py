@@ -33,7 +33,9 @@ def test_train_refuses_normalised_input(small_adata, tmp_path, capsys):
 
 
 def test_missing_input_file(tmp_path, capsys):
-    assert main(["embed", str(tmp_path / "nope.h5ad"), "--model", str(tmp_path), "--out", str(tmp_path / "o.h5ad")]) == 2
+    assert (
+        main(["embed", str(tmp_path / "nope.h5ad"), "--model", str(tmp_path), "--out", str(tmp_path / "o.h5ad")]) == 2
+    )
     assert "error" in capsys.readouterr().err
 
 

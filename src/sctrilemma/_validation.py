@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import scipy.sparse as sp
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
     import anndata as ad
+    import pandas as pd
 
 ROW_CHUNK = 4096
 

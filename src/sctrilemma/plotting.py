@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from anndata import AnnData
     from matplotlib.figure import Figure
 
 
-def umap_figure(adata: AnnData, embedding_key: str, color: Sequence[str] = ("cell_type",), n_neighbors: int = 15) -> Figure:
+def umap_figure(
+    adata: AnnData, embedding_key: str, color: Sequence[str] = ("cell_type",), n_neighbors: int = 15
+) -> Figure:
     """UMAP of ``adata.obsm[embedding_key]``, one panel per ``color`` column.
 
     Works on a copy: ``adata`` is not modified.
@@ -30,9 +33,9 @@ def umap_figure(adata: AnnData, embedding_key: str, color: Sequence[str] = ("cel
     -------
     The matplotlib figure.
     """
-    import matplotlib
+    import matplotlib as mpl
 
-    matplotlib.use("Agg")
+    mpl.use("Agg")
     import matplotlib.pyplot as plt
     import scanpy as sc
 

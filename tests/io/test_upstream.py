@@ -319,7 +319,9 @@ def test_read_upstream_vocabulary_rejects_non_permutations(tmp_path: Path, vocab
         read_upstream_vocabulary(path)
 
 
-def test_import_upstream_checkpoint_end_to_end(reference: UpstreamStyleVAE, checkpoint: Path, counts: torch.Tensor, tmp_path: Path) -> None:
+def test_import_upstream_checkpoint_end_to_end(
+    reference: UpstreamStyleVAE, checkpoint: Path, counts: torch.Tensor, tmp_path: Path
+) -> None:
     import anndata as ad
     import scipy.sparse as sp
 

@@ -52,7 +52,8 @@ def test_module_is_back_in_training_mode_for_a_second_fit(small_adata, tiny):
     handle = model.module.register_forward_pre_hook(lambda module, args: seen.append(module.training))
     model.train(max_steps=2, batch_size=64, enable_progress_bar=False)
     handle.remove()
-    assert seen and all(seen)
+    assert seen
+    assert all(seen)
 
 
 def test_max_steps_sets_epochs(small_adata, tiny):

@@ -23,7 +23,9 @@ _ENSEMBL = re.compile(r"^ENS[A-Z]*G\d{6,}")
 
 def strip_version(gene_ids: Sequence[str]) -> np.ndarray:
     """Ensembl IDs without a trailing version such as ``.1`` or ``-1`` (other names are left as they are)."""
-    return np.asarray([_VERSION_SUFFIX.sub("", g) if _ENSEMBL.match(g) else g for g in map(str, gene_ids)], dtype=object)
+    return np.asarray(
+        [_VERSION_SUFFIX.sub("", g) if _ENSEMBL.match(g) else g for g in map(str, gene_ids)], dtype=object
+    )
 
 
 def find_symbol_column(var: pd.DataFrame) -> str | None:

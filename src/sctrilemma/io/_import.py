@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ import scipy.sparse as sp
 from sctrilemma.io._upstream import read_checkpoint_tensors, read_upstream_vocabulary, upstream_to_module_state
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from os import PathLike
 
 logger = logging.getLogger(__name__)
@@ -72,11 +72,15 @@ def import_upstream_checkpoint(
     var = pd.DataFrame(index=pd.Index(genes, name="feature_id"))
     if gene_symbols is not None:
         var["gene_symbol"] = [gene_symbols.get(g, g) for g in genes]
-    template = ad.AnnData(sp.csr_matrix((np.ones(1, np.float32), ([0], [len(genes) - 1])), shape=(1, len(genes))), var=var)
+    template = ad.AnnData(
+        sp.csr_matrix((np.ones(1, np.float32), ([0], [len(genes) - 1])), shape=(1, len(genes))), var=var
+    )
     SCTrilemma.setup_anndata(template)
     config = dict(config)
     config.pop("n_input")
-    model = SCTrilemma(template, preset="paper", n_heads=n_heads, dropout_rate=dropout_rate, crop_size=crop_size, **config)
+    model = SCTrilemma(
+        template, preset="paper", n_heads=n_heads, dropout_rate=dropout_rate, crop_size=crop_size, **config
+    )
     model.module.load_state_dict(module_state)
     model.is_trained_ = True
     model.save(out_dir, overwrite=overwrite)

@@ -157,13 +157,15 @@ def read_reference(directory: str | os.PathLike) -> Reference:
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             encoded = handle.metadata() or {}
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - safe_open has no __iter__
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
     except (SafetensorError, OSError, ValueError) as error:
         raise ValueError(f"{path} is not a readable reference (truncated or corrupt file?): {error}") from error
     if encoded.get("format") != FORMAT_NAME:
         raise ValueError(f"{path} is a safetensors file but not an sctrilemma reference.")
     if encoded.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path} has reference format {encoded.get('format_version')}; this version reads {FORMAT_VERSION}.")
+        raise ValueError(
+            f"{path} has reference format {encoded.get('format_version')}; this version reads {FORMAT_VERSION}."
+        )
     if encoded.get("checksum") != _checksum(tensors, encoded):
         raise ValueError(f"{path} fails its checksum: the file was modified or damaged after it was written.")
     metadata = {

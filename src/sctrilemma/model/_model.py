@@ -7,20 +7,15 @@ import math
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 import torch
 from scvi import REGISTRY_KEYS, settings
 from scvi.data import AnnDataManager, fields
-from scvi.model.base import BaseModelClass, UnsupervisedTrainingMixin, VAEMixin
 from scvi.data._utils import _check_if_view
+from scvi.model.base import BaseModelClass, UnsupervisedTrainingMixin, VAEMixin
 from scvi.utils import setup_anndata_dsp
 
 from sctrilemma._allocator import retain_freed_memory
-from sctrilemma._constants import SCT_MODULE_KEYS, SCT_REGISTRY_KEYS
-from sctrilemma.model._presets import resolve_preset
-from sctrilemma.model._prior_setup import PriorSetupMixin
-from sctrilemma.model._reference_mixin import ReferenceMixin
-from sctrilemma.data._genes import find_symbol_column
+from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma._validation import (
     cell_statistics,
     check_counts,
@@ -28,6 +23,11 @@ from sctrilemma._validation import (
     check_obs_keys,
     registered_matrix_name,
 )
+from sctrilemma.model._expression import ExpressionMixin
+from sctrilemma.model._presets import resolve_preset
+from sctrilemma.model._prior_setup import PriorSetupMixin
+from sctrilemma.model._reference_mixin import ReferenceMixin
+from sctrilemma.model._utils import gene_names, gene_symbols
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import SCTrilemmaTrainingPlan
 
@@ -46,7 +46,7 @@ MIN_EXPRESSED_GENES = 5
 PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
-class SCTrilemma(ReferenceMixin, PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass):
+class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass):
     """scTrilemma: a gene-token Perceiver VAE with E-Gate, C-Route and PB-Cond :cite:p:`sctrilemma`.
 
     Parameters
@@ -136,8 +136,8 @@ class SCTrilemma(ReferenceMixin, PriorSetupMixin, VAEMixin, UnsupervisedTraining
         )
         self.prior_ = prior
         self.pseudobulk_codebook_: dict | None = None
-        self.gene_names_ = None if adata is None else _gene_names(adata, self.registry_)
-        self.gene_symbols_ = None if adata is None else _gene_symbols(adata, self.registry_)
+        self.gene_names_ = None if adata is None else gene_names(adata, self.registry_)
+        self.gene_symbols_ = None if adata is None else gene_symbols(adata, self.registry_)
         self.module = self._module_cls(
             self.summary_stats.n_vars,
             **sizes,
@@ -269,7 +269,7 @@ class SCTrilemma(ReferenceMixin, PriorSetupMixin, VAEMixin, UnsupervisedTraining
         """Register new data from the model's setup (new donors allowed) after checking genes and counts."""
         if adata is None:
             return super()._validate_anndata(adata, copy_if_view=copy_if_view)
-        genes = _gene_names(adata, self.registry_)
+        genes = gene_names(adata, self.registry_)
         if self.gene_names_ is not None and not np.array_equal(genes, self.gene_names_):
             shared = np.intersect1d(genes, self.gene_names_).size
             raise ValueError(
@@ -431,100 +431,6 @@ class SCTrilemma(ReferenceMixin, PriorSetupMixin, VAEMixin, UnsupervisedTraining
             dataloader=dataloader,
         )
 
-    @torch.inference_mode()
-    def get_normalized_expression(
-        self,
-        adata: AnnData | MuData | None = None,
-        indices: Sequence[int] | None = None,
-        gene_list: Sequence[str] | None = None,
-        library_size: float | Literal["observed"] = "observed",
-        n_samples: int = 1,
-        return_mean: bool = True,
-        return_numpy: bool = False,
-        batch_size: int | None = None,
-    ) -> pd.DataFrame | np.ndarray:
-        r"""Reconstructed expression from the decoder.
-
-        The decoder's softmax normalises over a decoded gene set: the data's top-``crop_size`` genes by
-        total counts plus ``gene_list``. Ratios between genes do not depend on that set.
-
-        Parameters
-        ----------
-        adata
-            Data with the model's genes; defaults to the training data.
-        indices
-            Cells to use; all by default.
-        gene_list
-            Genes (``var_names``) to return; the decoded set by default.
-        library_size
-            ``"observed"``: each cell's raw total, giving expected counts (the ZINB mean); a number
-            scales the proportions instead (``1`` gives proportions, ``1e4`` CP10K-like values).
-        n_samples
-            Posterior samples of the latent tokens; ``1`` uses the posterior mean.
-        return_mean
-            Average over samples (otherwise an array ``(n_samples, n_cells, n_genes)``).
-        return_numpy
-            Return an array instead of a DataFrame.
-        batch_size
-            Cells per batch.
-
-        Returns
-        -------
-        ``(n_cells, n_genes)`` DataFrame indexed by cell names with gene columns, or an array.
-        """
-        retain_freed_memory()
-        adata = self._validate_anndata(adata)
-        self._check_cells_have_counts(adata, indices)
-        genes = _gene_names(adata, self.registry_)
-        manager = self.get_anndata_manager(adata, required=True)
-        cell_indices = np.arange(adata.n_obs) if indices is None else np.asarray(indices)
-        decoded = self._default_reconstruction_genes(manager, cell_indices)
-        if gene_list is None:
-            output = decoded
-        else:
-            position = pd.Index(genes)
-            missing = [g for g in gene_list if g not in position]
-            if missing:
-                raise ValueError(f"{len(missing)} genes of `gene_list` are not among the model's genes, e.g. {missing[:3]}.")
-            output = position.get_indexer(list(gene_list))
-            decoded = np.union1d(decoded, output)
-        if isinstance(library_size, str) and library_size != "observed":
-            raise ValueError(f"`library_size` must be 'observed' or a number, got {library_size!r}.")
-        columns_in_decoded = np.searchsorted(decoded, output)
-        device = self.device
-        decoded_t = torch.as_tensor(decoded, device=device)
-        self.module.eval()
-        results = []
-        for tensors in self._make_data_loader(adata=adata, indices=cell_indices, batch_size=batch_size):
-            x = tensors[REGISTRY_KEYS.X_KEY].to(device)
-            inference = self.module.inference(x, n_samples=n_samples)
-            z_tokens = inference[SCT_MODULE_KEYS.Z_TOKENS_KEY]
-            pooled = inference["z"]
-            flat_tokens = z_tokens.reshape(-1, *z_tokens.shape[-2:])
-            logits = self.module.decode_in_chunks(flat_tokens, pooled.reshape(-1, pooled.shape[-1]), decoded_t)
-            proportions = torch.softmax(logits[..., 0].float(), dim=-1)[:, columns_in_decoded]
-            if library_size == "observed":
-                library = x.sum(1, keepdim=True).repeat(n_samples, 1)
-            else:
-                library = torch.tensor(float(library_size), device=device)
-            results.append((proportions * library).view(n_samples, x.shape[0], -1).cpu().numpy())
-        values = np.concatenate(results, axis=1)
-        if return_mean or n_samples == 1:
-            values = values.mean(0)
-        if return_numpy or values.ndim == 3:
-            return values
-        return pd.DataFrame(values, index=adata.obs_names[cell_indices], columns=genes[output])
-
-    def _default_reconstruction_genes(self, manager: AnnDataManager, indices: np.ndarray) -> np.ndarray:
-        """Sorted indices of the top-``crop_size`` genes by total counts over ``indices``."""
-        matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
-        totals = np.zeros(matrix.shape[1])
-        for start in range(0, indices.size, 4096):
-            block = matrix[np.sort(indices[start : start + 4096])]
-            totals += np.asarray(block.sum(axis=0)).ravel()
-        n = min(self.module.crop_size, totals.size)
-        return np.sort(np.argsort(-totals, kind="stable")[:n])
-
     def _check_cells_have_counts(self, adata: AnnData | MuData, indices: Sequence[int] | None) -> None:
         manager = self.get_anndata_manager(adata, required=True)
         matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
@@ -537,29 +443,11 @@ class SCTrilemma(ReferenceMixin, PriorSetupMixin, VAEMixin, UnsupervisedTraining
 
 def _layer(adata: AnnData, layer: str):
     if layer not in adata.layers:
-        raise ValueError(f"`layer={layer!r}` is not in the layers ({list(adata.layers)}); pass one of them or None for X.")
+        raise ValueError(
+            f"`layer={layer!r}` is not in the layers ({list(adata.layers)}); pass one of them or None for X."
+        )
     return adata.layers[layer]
 
 
 def _uses_cuda(accelerator: str) -> bool:
     return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
-
-
-def _rna(adata: AnnData | MuData, registry: dict) -> AnnData:
-    """The AnnData with the modelled genes: ``adata`` itself, or the RNA modality of a MuData."""
-    if hasattr(adata, "mod"):
-        modalities = registry["setup_args"].get("modalities") or {"rna_layer": "rna"}
-        return adata.mod[modalities["rna_layer"]]
-    return adata
-
-
-def _gene_names(adata: AnnData | MuData, registry: dict) -> np.ndarray:
-    """Names of the modelled genes (``var_names``)."""
-    return np.asarray(_rna(adata, registry).var_names.astype(str), dtype=object)
-
-
-def _gene_symbols(adata: AnnData | MuData, registry: dict) -> np.ndarray | None:
-    """Gene symbols from a conventional ``var`` column (e.g. ``gene_symbol``), if there is one."""
-    var = _rna(adata, registry).var
-    column = find_symbol_column(var)
-    return None if column is None else np.asarray(var[column].astype(str), dtype=object)

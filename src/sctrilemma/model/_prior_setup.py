@@ -107,9 +107,7 @@ class PriorSetupMixin:
         return frame
 
     @torch.inference_mode()
-    def get_prior_margin(
-        self, adata: AnnData | None = None, batch_size: int | None = None, seed: int = 0
-    ) -> float:
+    def get_prior_margin(self, adata: AnnData | None = None, batch_size: int | None = None, seed: int = 0) -> float:
         """Matched-vs-random prior margin (paper Figure "PB-Cond ablation and prior-geometry diagnostics").
 
         For each cell, the KL from its posterior to the prior of a random *other* group minus the

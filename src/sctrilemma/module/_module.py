@@ -181,7 +181,9 @@ class SCTrilemmaModule(BaseModuleClass):
             queries = block(queries, z_tokens)
         return self.count_head(queries)
 
-    def decode_in_chunks(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
+    def decode_in_chunks(
+        self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor
+    ) -> torch.Tensor:
         """:meth:`decode` for many shared ``genes`` ``(n,)``, ``decode_chunk_size`` genes at a time.
 
         Genes do not attend to each other, so chunking over genes gives the same logits.
@@ -195,7 +197,11 @@ class SCTrilemmaModule(BaseModuleClass):
         if not self.training:
             # The embedding crop has no zero genes; score reconstruction on a training-style crop.
             crop = training_crop(tensors[REGISTRY_KEYS.X_KEY].to(crop.counts.device), self.crop_size)
-        return {"z_tokens": inference_outputs[KEYS.Z_TOKENS_KEY], "pooled_sample": inference_outputs["z"], "target": crop}
+        return {
+            "z_tokens": inference_outputs[KEYS.Z_TOKENS_KEY],
+            "pooled_sample": inference_outputs["z"],
+            "target": crop,
+        }
 
     @auto_move_data
     def generative(
@@ -263,7 +269,11 @@ class SCTrilemmaModule(BaseModuleClass):
         return self.prior(self.group_codes_for(tensors))
 
     def loss(
-        self, tensors: dict[str, torch.Tensor], inference_outputs: dict, generative_outputs: dict, kl_weight: float = 1.0
+        self,
+        tensors: dict[str, torch.Tensor],
+        inference_outputs: dict,
+        generative_outputs: dict,
+        kl_weight: float = 1.0,
     ) -> LossOutput:
         """ZINB negative log-likelihood summed over genes plus ``kl_weight`` times the KL summed over ``K x d``."""
         px, target = generative_outputs[KEYS.PX_KEY], generative_outputs[KEYS.TARGET_KEY]
@@ -275,7 +285,10 @@ class SCTrilemmaModule(BaseModuleClass):
             reconstruction = reconstruction.mean(0)
         prior_mean, prior_logvar = self.prior_parameters(tensors)
         kl = gaussian_kl(
-            inference_outputs[KEYS.QZ_TOKENS_MEAN_KEY], inference_outputs[KEYS.QZ_TOKENS_LOGVAR_KEY], prior_mean, prior_logvar
+            inference_outputs[KEYS.QZ_TOKENS_MEAN_KEY],
+            inference_outputs[KEYS.QZ_TOKENS_LOGVAR_KEY],
+            prior_mean,
+            prior_logvar,
         ).sum(dim=(-2, -1))
         return LossOutput(
             loss=torch.mean(reconstruction + kl_weight * kl), reconstruction_loss=reconstruction, kl_local=kl

@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch import nn
 
 
-
 class SwiGLU(nn.Module):
     """SwiGLU feed-forward layer :cite:p:`shazeer2020glu`: ``dropout(W2 dropout(silu(W1 x) * W3 x))``.
 

@@ -1,0 +1,121 @@
+"""Reconstructed expression from the decoder (``get_normalized_expression``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from scvi import REGISTRY_KEYS
+
+from sctrilemma._allocator import retain_freed_memory
+from sctrilemma._constants import SCT_MODULE_KEYS
+from sctrilemma.model._utils import gene_names
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from anndata import AnnData
+    from mudata import MuData
+    from scvi.data import AnnDataManager
+
+
+class ExpressionMixin:
+    """Decoder outputs for any of the model's genes."""
+
+    @torch.inference_mode()
+    def get_normalized_expression(
+        self,
+        adata: AnnData | MuData | None = None,
+        indices: Sequence[int] | None = None,
+        gene_list: Sequence[str] | None = None,
+        library_size: float | Literal["observed"] = "observed",
+        n_samples: int = 1,
+        return_mean: bool = True,
+        return_numpy: bool = False,
+        batch_size: int | None = None,
+    ) -> pd.DataFrame | np.ndarray:
+        r"""Reconstructed expression from the decoder.
+
+        The decoder's softmax normalises over a decoded gene set: the data's top-``crop_size`` genes by
+        total counts plus ``gene_list``. Ratios between genes do not depend on that set.
+
+        Parameters
+        ----------
+        adata
+            Data with the model's genes; defaults to the training data.
+        indices
+            Cells to use; all by default.
+        gene_list
+            Genes (``var_names``) to return; the decoded set by default.
+        library_size
+            ``"observed"``: each cell's raw total, giving expected counts (the ZINB mean); a number
+            scales the proportions instead (``1`` gives proportions, ``1e4`` CP10K-like values).
+        n_samples
+            Posterior samples of the latent tokens; ``1`` uses the posterior mean.
+        return_mean
+            Average over samples (otherwise an array ``(n_samples, n_cells, n_genes)``).
+        return_numpy
+            Return an array instead of a DataFrame.
+        batch_size
+            Cells per batch.
+
+        Returns
+        -------
+        ``(n_cells, n_genes)`` DataFrame indexed by cell names with gene columns, or an array.
+        """
+        retain_freed_memory()
+        adata = self._validate_anndata(adata)
+        self._check_cells_have_counts(adata, indices)
+        genes = gene_names(adata, self.registry_)
+        manager = self.get_anndata_manager(adata, required=True)
+        cell_indices = np.arange(adata.n_obs) if indices is None else np.asarray(indices)
+        decoded = self._default_reconstruction_genes(manager, cell_indices)
+        if gene_list is None:
+            output = decoded
+        else:
+            position = pd.Index(genes)
+            missing = [g for g in gene_list if g not in position]
+            if missing:
+                raise ValueError(
+                    f"{len(missing)} genes of `gene_list` are not among the model's genes, e.g. {missing[:3]}."
+                )
+            output = position.get_indexer(list(gene_list))
+            decoded = np.union1d(decoded, output)
+        if isinstance(library_size, str) and library_size != "observed":
+            raise ValueError(f"`library_size` must be 'observed' or a number, got {library_size!r}.")
+        columns_in_decoded = np.searchsorted(decoded, output)
+        device = self.device
+        decoded_t = torch.as_tensor(decoded, device=device)
+        self.module.eval()
+        results = []
+        for tensors in self._make_data_loader(adata=adata, indices=cell_indices, batch_size=batch_size):
+            x = tensors[REGISTRY_KEYS.X_KEY].to(device)
+            inference = self.module.inference(x, n_samples=n_samples)
+            z_tokens = inference[SCT_MODULE_KEYS.Z_TOKENS_KEY]
+            pooled = inference["z"]
+            flat_tokens = z_tokens.reshape(-1, *z_tokens.shape[-2:])
+            logits = self.module.decode_in_chunks(flat_tokens, pooled.reshape(-1, pooled.shape[-1]), decoded_t)
+            proportions = torch.softmax(logits[..., 0].float(), dim=-1)[:, columns_in_decoded]
+            if library_size == "observed":
+                library = x.sum(1, keepdim=True).repeat(n_samples, 1)
+            else:
+                library = torch.tensor(float(library_size), device=device)
+            results.append((proportions * library).view(n_samples, x.shape[0], -1).cpu().numpy())
+        values = np.concatenate(results, axis=1)
+        if return_mean or n_samples == 1:
+            values = values.mean(0)
+        if return_numpy or values.ndim == 3:
+            return values
+        return pd.DataFrame(values, index=adata.obs_names[cell_indices], columns=genes[output])
+
+    def _default_reconstruction_genes(self, manager: AnnDataManager, indices: np.ndarray) -> np.ndarray:
+        """Sorted indices of the top-``crop_size`` genes by total counts over ``indices``."""
+        matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
+        totals = np.zeros(matrix.shape[1])
+        for start in range(0, indices.size, 4096):
+            block = matrix[np.sort(indices[start : start + 4096])]
+            totals += np.asarray(block.sum(axis=0)).ravel()
+        n = min(self.module.crop_size, totals.size)
+        return np.sort(np.argsort(-totals, kind="stable")[:n])

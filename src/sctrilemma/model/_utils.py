@@ -1,0 +1,33 @@
+"""Small helpers shared by the model's mixins."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sctrilemma.data._genes import find_symbol_column
+
+if TYPE_CHECKING:
+    from anndata import AnnData
+    from mudata import MuData
+
+
+def rna_modality(adata: AnnData | MuData, registry: dict) -> AnnData:
+    """The AnnData with the modelled genes: ``adata`` itself, or the RNA modality of a MuData."""
+    if hasattr(adata, "mod"):
+        modalities = registry["setup_args"].get("modalities") or {"rna_layer": "rna"}
+        return adata.mod[modalities["rna_layer"]]
+    return adata
+
+
+def gene_names(adata: AnnData | MuData, registry: dict) -> np.ndarray:
+    """Names of the modelled genes (``var_names``)."""
+    return np.asarray(rna_modality(adata, registry).var_names.astype(str), dtype=object)
+
+
+def gene_symbols(adata: AnnData | MuData, registry: dict) -> np.ndarray | None:
+    """Gene symbols from a conventional ``var`` column (e.g. ``gene_symbol``), if there is one."""
+    var = rna_modality(adata, registry).var
+    column = find_symbol_column(var)
+    return None if column is None else np.asarray(var[column].astype(str), dtype=object)
