@@ -122,6 +122,10 @@ def match_genes(
     """
     names = np.asarray(list(map(str, query_var_names)), dtype=object)
     vocab = strip_version(vocabulary)
+    if vocabulary_symbols is not None:
+        _refuse_mouse_symbols(
+            names if query_symbols is None else np.asarray(query_symbols, dtype=object), vocabulary_symbols
+        )
     expressed = np.ones(names.size, dtype=bool) if expressed is None else np.asarray(expressed, dtype=bool)
     candidates = {"ensembl": _lookup(strip_version(names), vocab)}
     if vocabulary_symbols is not None:
@@ -144,6 +148,24 @@ def match_genes(
             f"{_likely_cause(names, query_symbols, vocabulary_symbols)}"
         )
     return GeneMatch(query_index, vocab_index, "symbol" if by.startswith("symbol") else by, names.size, fraction)
+
+
+def _title_case_fraction(names) -> float:
+    words = [str(n) for n in names if len(str(n)) > 1 and str(n)[:1].isalpha()]
+    return (
+        float(np.mean([w[:1].isupper() and w[1:] == w[1:].lower() and w[1:] != w[1:].upper() for w in words]))
+        if words
+        else 0.0
+    )
+
+
+def _refuse_mouse_symbols(query_names, vocabulary_symbols) -> None:
+    """Case-insensitive symbol matching would map mouse symbols (``Cd3e``) onto human ones (``CD3E``)."""
+    if _title_case_fraction(query_names) > 0.5 and _title_case_fraction(vocabulary_symbols) < 0.1:
+        raise ValueError(
+            "The query's gene symbols look like mouse symbols (e.g. 'Cd3e') while the model's are human "
+            "(e.g. 'CD3E'): the model covers another species. Map the genes to human orthologs first."
+        )
 
 
 def _likely_cause(names: np.ndarray, query_symbols, vocabulary_symbols) -> str:

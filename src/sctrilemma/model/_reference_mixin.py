@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import defaultdict
 from pathlib import Path
@@ -90,7 +91,7 @@ class ReferenceMixin:
     def _from_parts(cls, module_state: dict[str, torch.Tensor], metadata: dict[str, Any]):
         if metadata.get("model_name") != cls.__name__:
             raise ValueError(f"The reference holds a {metadata.get('model_name')!r} model, not {cls.__name__}.")
-        registry = dict(metadata["registry"])
+        registry = copy.deepcopy(dict(metadata["registry"]))
         registry["field_registries"] = defaultdict(dict, registry["field_registries"])
         config = metadata["config"]
         kwargs = {k: v for group in config.get("kwargs", {}).values() for k, v in group.items()}
@@ -258,5 +259,20 @@ class ReferenceMixin:
             model = cls.load(reference)
         if "sctrilemma_gene_match" not in adata.uns:
             adata = cls.prepare_query_anndata(adata, model, **prepare_kwargs)
+        _string_group_categories(model.registry_)
         model.adata = adata
         return model
+
+
+def _string_group_categories(registry: dict) -> None:
+    """Make the donor/dataset categories strings, as :meth:`ReferenceMixin.prepare_query_anndata` writes them.
+
+    A reference trained on numeric donor IDs would otherwise mix integer and string categories when
+    the query's donors are appended.
+    """
+    setup_args = registry["setup_args"]
+    for argument, field in (("donor_key", "donor"), ("dataset_key", "dataset")):
+        if setup_args.get(argument) is None:
+            continue
+        state = registry["field_registries"][field]["state_registry"]
+        state["categorical_mapping"] = np.asarray(state["categorical_mapping"]).astype(str).astype(object)
