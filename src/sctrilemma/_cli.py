@@ -50,7 +50,7 @@ def _example(args: argparse.Namespace) -> None:
     adata = load_example()
     SCTrilemma.setup_anndata(adata, donor_key="donor")
     model = SCTrilemma(adata, preset="small")
-    model.train(max_epochs=args.max_epochs)
+    model.train(max_epochs=args.max_epochs, batch_size=128)
     model.save(out / "model", overwrite=True)
     result = load_example()
     result.obsm[EMBEDDING_KEY] = model.get_latent_representation(adata)
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     example = commands.add_parser("example", help="train on the shipped example data; write embeddings and a UMAP")
     example.add_argument("--out", default="outputs", help="output directory (default: outputs)")
-    example.add_argument("--max-epochs", type=int, default=10, help="training epochs (default: 10)")
+    example.add_argument("--max-epochs", type=int, default=20, help="training epochs (default: 20)")
     example.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     example.set_defaults(func=_example)
     return parser

@@ -94,6 +94,12 @@ def versions() -> dict[str, str]:
     return found
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_reference(
     directory: str | os.PathLike,
     module_state: dict[str, torch.Tensor],
@@ -125,6 +131,7 @@ def write_reference(
         save_file(tensors, temporary, metadata=encoded)
         with open(temporary, "rb") as stream:
             os.fsync(stream.fileno())
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
         os.replace(temporary, target)
     finally:
         if os.path.exists(temporary):

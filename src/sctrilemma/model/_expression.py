@@ -64,6 +64,15 @@ class ExpressionMixin:
         Returns
         -------
         ``(n_cells, n_genes)`` DataFrame indexed by cell names with gene columns, or an array.
+
+        Notes
+        -----
+        On a zero-shot query (:meth:`load_query_data`) ``gene_list`` may name reference genes the query
+        did not measure (``adata.var["measured"]`` is ``False``). Their values are imputed: the decoder
+        predicts them from the cell's latent tokens as it learned on the reference data. They are only
+        as good as the reference's coverage of that cell state and gene, carry no information from the
+        query's own measurement of the gene, and should not be used as observations in differential
+        expression tests.
         """
         retain_freed_memory()
         adata = self._validate_anndata(adata)

@@ -24,10 +24,10 @@ from sctrilemma._validation import (
     registered_matrix_name,
 )
 from sctrilemma.model._expression import ExpressionMixin
-from sctrilemma.model._presets import resolve_preset
+from sctrilemma.model._presets import TRAINING_DEFAULTS, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
-from sctrilemma.model._utils import gene_names, gene_symbols
+from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import SCTrilemmaTrainingPlan
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MIN_EXPRESSED_GENES = 5
+DEFAULT_EPOCHS_CAP = 50
 PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
@@ -135,6 +136,7 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
             },
         )
         self.prior_ = prior
+        self._preset = preset
         self.pseudobulk_codebook_: dict | None = None
         self.gene_names_ = None if adata is None else gene_names(adata, self.registry_)
         self.gene_symbols_ = None if adata is None else gene_symbols(adata, self.registry_)
@@ -274,17 +276,17 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
             shared = np.intersect1d(genes, self.gene_names_).size
             raise ValueError(
                 f"The data's genes differ from the model's ({genes.size} vs {self.gene_names_.size} genes, "
-                f"{shared} shared, or a different order). Subset and order them as the model's: "
-                "`adata[:, model.gene_names_]` when all are present."
+                f"{shared} shared, or a different order). For another gene set or gene symbols use "
+                "`SCTrilemma.load_query_data(adata, model)`; with all genes present, `adata[:, model.gene_names_]`."
             )
         if self.get_anndata_manager(adata) is not None:
             return super()._validate_anndata(adata, copy_if_view=copy_if_view)
         setup_args = self.registry_["setup_args"]
         method = getattr(type(self), self.registry_.get("setup_method_name", "setup_anndata"))
         _check_if_view(adata, copy_if_view=copy_if_view)
+        check_counts(count_matrix(adata, self.registry_), where="the data's counts")
         method(adata, source_registry=self.registry_, extend_categories=True, **setup_args)
         manager = self._get_most_recent_anndata_manager(adata, required=True)
-        check_counts(manager.get_from_registry(REGISTRY_KEYS.X_KEY), where="the data's registered counts")
         if self.adata_manager is None:
             self._adata, self._adata_manager = adata, manager
         self._register_manager_for_instance(manager)
@@ -307,7 +309,7 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
     ) -> None:
         """Train with the paper's recipe through scvi-tools' trainer.
 
-        AdamW (lr 2e-4, weight decay 1e-4), linear warm-up over 5 % of steps then cosine decay,
+        AdamW (lr 2e-4 for the paper preset, weight decay 1e-4), linear warm-up over 5 % of steps then cosine decay,
         KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and
         ``precision="bf16-mixed"`` on CUDA. Cells with fewer than ``min_expressed_genes`` expressed
         genes are left out of training (they go to the test split). On Linux, glibc is told to keep
@@ -317,8 +319,9 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
         Parameters
         ----------
         max_epochs
-            Passes over the training cells. Defaults to
-            :func:`~scvi.model.get_max_epochs_heuristic` when ``max_steps`` is also ``None``.
+            Passes over the training cells. When ``max_steps`` is also ``None``, scVI's heuristic
+            :func:`~scvi.model.get_max_epochs_heuristic` with a cap of 50 epochs (each cell costs far
+            more than in scVI): 50 epochs up to 20,000 cells, fewer above.
         max_steps
             Optimisation steps; overrides ``max_epochs``.
         batch_size
@@ -333,6 +336,7 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
             Passed to :class:`~scvi.dataloaders.DataSplitter`.
         plan_kwargs
             Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan` (``lr``, ``max_kl_weight``, ...).
+            The learning rate defaults to the preset's: 2e-4 (``"paper"``) or 1e-3 (``"small"``).
         **trainer_kwargs
             Passed to :class:`~scvi.train.Trainer` (e.g. ``strategy``, ``num_nodes``).
         """
@@ -350,7 +354,7 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
         elif max_epochs is None:
             from scvi.model import get_max_epochs_heuristic
 
-            max_epochs = get_max_epochs_heuristic(self.adata.n_obs)
+            max_epochs = get_max_epochs_heuristic(self.adata.n_obs, epochs_cap=DEFAULT_EPOCHS_CAP)
         trainer_kwargs.setdefault("gradient_clip_val", 1.0)
         if _uses_cuda(accelerator) and torch.cuda.is_bf16_supported():
             trainer_kwargs.setdefault("precision", "bf16-mixed")
@@ -360,7 +364,7 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
             devices=devices,
             batch_size=batch_size,
             datasplitter_kwargs=datasplitter_kwargs,
-            plan_kwargs=plan_kwargs,
+            plan_kwargs={**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})},
             **trainer_kwargs,
         )
 

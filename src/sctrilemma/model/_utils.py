@@ -31,3 +31,17 @@ def gene_symbols(adata: AnnData | MuData, registry: dict) -> np.ndarray | None:
     var = rna_modality(adata, registry).var
     column = find_symbol_column(var)
     return None if column is None else np.asarray(var[column].astype(str), dtype=object)
+
+
+def count_matrix(adata: AnnData | MuData, registry: dict):
+    """The matrix a model registered for ``adata`` (X or the setup's layer), before registration."""
+    setup_args = registry["setup_args"]
+    rna = rna_modality(adata, registry)
+    layer = setup_args.get("layer", setup_args.get("rna_layer"))
+    if layer is None:
+        return rna.X
+    if layer not in rna.layers:
+        raise ValueError(
+            f"The model reads counts from layer {layer!r}, which this data lacks (layers: {list(rna.layers)})."
+        )
+    return rna.layers[layer]
