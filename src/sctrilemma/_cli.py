@@ -60,6 +60,45 @@ def _example(args: argparse.Namespace) -> None:
     print(f"Wrote {out / 'example_embedded.h5ad'} (.obsm[{EMBEDDING_KEY!r}]), {out / 'umap.png'} and {out / 'model'}")
 
 
+def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
+    pairs = {}
+    for value in values or []:
+        if "=" not in value:
+            raise ValueError(f"{option} expects NAME=VALUE, got {value!r}.")
+        name, _, target = value.partition("=")
+        pairs[name] = target
+    return pairs
+
+
+def _score(args: argparse.Namespace) -> None:
+    import anndata as ad
+
+    from sctrilemma.benchmark import Scorecard
+
+    adata = ad.read_h5ad(args.input)
+    scorecard = Scorecard(
+        adata,
+        embedding_keys=args.embedding_key,
+        label_key=args.label_key,
+        donor_key=args.donor_key,
+        condition_key=args.condition_key,
+        reconstruction_keys=_pairs(args.reconstruction, "--reconstruction"),
+        counts_layer=args.layer,
+        gene_sets=_pairs(args.gene_sets, "--gene-sets"),
+        symbol_key=args.symbol_key,
+        n_repeats=args.n_repeats,
+        seed=args.seed,
+    )
+    scorecard.benchmark()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scorecard.get_results().to_csv(out / "scorecard.csv", index=False)
+    (out / "scorecard.md").write_text(scorecard.to_markdown() + "\n")
+    scorecard.plot_results(out / "scorecard.png")
+    print(scorecard.to_markdown())
+    print(f"Wrote {out / 'scorecard.csv'}, {out / 'scorecard.md'} and {out / 'scorecard.png'}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``sctrilemma`` argument parser."""
     parser = argparse.ArgumentParser(prog="sctrilemma", description=__doc__)
@@ -86,6 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--layer", default=None, help="layer with raw counts (default: the model's, else X)")
     embed.add_argument("--batch-size", type=int, default=None, help="cells per batch")
     embed.set_defaults(func=_embed)
+
+    score = commands.add_parser("score", help="score embeddings on identity, context invariance and fidelity")
+    score.add_argument("input", help="input .h5ad with raw counts and embeddings in .obsm")
+    score.add_argument("--embedding-key", nargs="+", required=True, help=".obsm keys to score (one per method)")
+    score.add_argument("--label-key", required=True, help="obs column with cell types")
+    score.add_argument("--donor-key", required=True, help="obs column with donors")
+    score.add_argument("--condition-key", default=None, help="obs column with a disease state or condition")
+    score.add_argument("--layer", default=None, help="layer with raw counts (default: X)")
+    score.add_argument(
+        "--reconstruction", nargs="*", default=None, metavar="EMBEDDING=LAYER", help="reconstructed counts per method"
+    )
+    score.add_argument("--gene-sets", nargs="*", default=None, metavar="NAME=GMT", help=".gmt libraries for pathways")
+    score.add_argument("--symbol-key", default=None, help="var column with gene symbols (default: var_names)")
+    score.add_argument("--n-repeats", type=int, default=20, help="stratified samples (default: 20)")
+    score.add_argument("--seed", type=int, default=42, help="sampling seed (default: 42)")
+    score.add_argument("--out", required=True, help="output directory for scorecard.csv/.md/.png")
+    score.set_defaults(func=_score)
 
     example = commands.add_parser("example", help="train on the shipped example data; write embeddings and a UMAP")
     example.add_argument("--out", default="outputs", help="output directory (default: outputs)")

@@ -1,3 +1,15 @@
+from ._baselines import BaselineResult, pca_baseline, scvi_baseline
 from ._reference import UpstreamStyleVAE
+from ._scorecard import ContextInvariance, ExpressionFidelity, Identity, Scorecard, Skipped
 
-__all__ = ["UpstreamStyleVAE"]
+__all__ = [
+    "BaselineResult",
+    "ContextInvariance",
+    "ExpressionFidelity",
+    "Identity",
+    "Scorecard",
+    "Skipped",
+    "UpstreamStyleVAE",
+    "pca_baseline",
+    "scvi_baseline",
+]

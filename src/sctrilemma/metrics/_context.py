@@ -1,0 +1,297 @@
+"""Context-invariance metrics: BRAS, iLISI and PCR comparison (RQ1), and the modality metrics of the RQ3 supplement.
+
+BRAS, iLISI, PCR comparison and modality ASW delegate to ``scib_metrics``, whose definitions match the paper's
+(Appendix C.2 and C.5 of :cite:p:`sctrilemma`); modality R^2 and conditional iLISI have no scib-metrics counterpart.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+from scvi.utils import dependencies
+from sklearn.decomposition import PCA
+from sklearn.neighbors import NearestNeighbors
+
+from sctrilemma._validation import check_counts
+
+from ._errors import check_embedding, check_labels, l2_normalize, require_classes, skip
+from ._identity import exact_neighbors
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+
+def _bras_eligible(labels: np.ndarray, donors: np.ndarray, *, metric: str) -> None:
+    """Raise unless some label has >= 2 donors and is not all singletons (scib-metrics skips those labels)."""
+    for label in np.unique(labels):
+        n_donors = np.unique(donors[labels == label]).size
+        if 2 <= n_donors < int((labels == label).sum()):
+            return
+    raise skip(
+        metric,
+        "no cell type (stratum) holds cells from at least two donors with at least one donor contributing two cells.",
+    )
+
+
+@dependencies("scib_metrics")
+def bras(X: ArrayLike, labels: ArrayLike, donors: ArrayLike, *, metric: str = "BRAS") -> float:
+    r"""Batch-removal-adapted silhouette (BRAS) with donor as the batch (scib-metrics ``bras``).
+
+    Within each cell type, ``a_i`` is the mean cosine distance to the other cells of ``i``'s donor and ``b_i`` the mean
+    cosine distance to *all* cells of other donors; ``s_i = (b_i - a_i) / max(a_i, b_i)``, and BRAS is the mean over
+    cell types of the per-type mean of ``1 - |s_i|``, over types present in at least two donors.
+
+    Parameters
+    ----------
+    X
+        Embedding of shape ``(n_obs, n_features)``.
+    labels
+        Cell-type (or stratum) labels of shape ``(n_obs,)``; one label is allowed.
+    donors
+        Donor of each cell, shape ``(n_obs,)``.
+    metric
+        Name used in error messages (the conditional variant passes its own).
+
+    Returns
+    -------
+    Score in ``[0, 1]``; 1 means donors are indistinguishable within every cell type.
+
+    Notes
+    -----
+    scib-metrics skips a type whose every cell comes from a distinct donor (``a_i`` undefined); the paper's
+    :math:`\mathcal{C}^*` would keep it. A donor with one cell in a type gets ``s_i = 0`` (silhouette convention).
+    """
+    import scib_metrics
+
+    X = check_embedding(X)
+    labels = check_labels(labels, X.shape[0], name="labels")
+    donors = check_labels(donors, X.shape[0], name="donors")
+    require_classes(donors, metric=metric, name="donors", what="donors")
+    _bras_eligible(labels, donors, metric=metric)
+    return float(scib_metrics.bras(X, labels, donors, metric="cosine", between_cluster_distances="mean_other"))
+
+
+@dependencies("scib_metrics")
+def ilisi(X: ArrayLike, donors: ArrayLike, *, n_neighbors: int = 90, perplexity: float | None = None) -> float:
+    """Integration LISI over donors, ``(median_i L_i - 1) / (B - 1)`` (scib-metrics ``ilisi_knn``).
+
+    Parameters
+    ----------
+    X
+        Embedding of shape ``(n_obs, n_features)``.
+    donors
+        Donor of each cell, shape ``(n_obs,)``.
+    n_neighbors
+        Size of the exact kNN graph (:func:`~sctrilemma.metrics.exact_neighbors`), counting each cell.
+    perplexity
+        Effective neighbourhood size; ``None`` means ``n_neighbors // 3`` (30 for the default graph).
+
+    Returns
+    -------
+    Score, 1 when every neighbourhood holds all donors evenly and 0 when it holds one donor.
+    """
+    import scib_metrics
+
+    X = check_embedding(X)
+    donors = check_labels(donors, X.shape[0], name="donors")
+    require_classes(donors, metric="iLISI", name="donors", what="donors")
+    neighbors = exact_neighbors(X, n_neighbors)
+    return float(scib_metrics.ilisi_knn(neighbors, donors, perplexity=perplexity, scale=True))
+
+
+def log1p_cp10k_pca(X_counts: ArrayLike | sp.spmatrix, *, n_comps: int = 50, seed: int = 0) -> np.ndarray:
+    """PCA of ``log1p`` counts-per-10k, the pre-integration representation of PCR comparison.
+
+    Parameters
+    ----------
+    X_counts
+        Raw counts of shape ``(n_obs, n_genes)``, dense or sparse.
+    n_comps
+        Principal components kept (scanpy's default, 50), capped at ``min(n_obs, n_genes) - 1``.
+    seed
+        Seed of the ARPACK start vector.
+
+    Returns
+    -------
+    PCA coordinates of shape ``(n_obs, n_comps)``.
+    """
+    if not sp.issparse(X_counts):
+        X_counts = np.asarray(X_counts)
+        if X_counts.ndim != 2:
+            raise ValueError(f"`X_pre` must be 2-D (n_obs, n_genes); got an array of shape {X_counts.shape}.")
+    check_counts(X_counts, where="`X_pre`")
+    X = sp.csr_matrix(X_counts, dtype=np.float64) if sp.issparse(X_counts) else X_counts.astype(np.float64)
+    totals = np.asarray(X.sum(axis=1)).ravel()
+    if (totals == 0).any():
+        raise ValueError(f"`X_pre` has {int((totals == 0).sum())} cells with zero total counts; remove them first.")
+    if sp.issparse(X):
+        X = sp.diags(1e4 / totals) @ X
+        X.data = np.log1p(X.data)
+    else:
+        X = np.log1p(X * (1e4 / totals)[:, None])
+    n_comps = min(n_comps, min(X.shape) - 1)
+    if n_comps < 1:
+        raise ValueError(f"`X_pre` has shape {X.shape}; PCA needs at least 2 cells and 2 genes.")
+    # ARPACK centres sparse input implicitly, so a 10,000 x 20,000 count matrix never densifies.
+    return PCA(n_components=n_comps, svd_solver="arpack", random_state=seed).fit_transform(X)
+
+
+@dependencies("scib_metrics")
+def pcr_comparison(
+    X_pre: ArrayLike | sp.spmatrix,
+    X_post: ArrayLike,
+    donors: ArrayLike,
+    *,
+    n_comps: int = 50,
+    seed: int = 0,
+) -> float:
+    """PCR comparison, ``max(0, (PCR_pre - PCR_post) / PCR_pre)``, with donor as a categorical covariate.
+
+    ``PCR`` is the variance-weighted R^2 of regressing each principal component on one-hot donors (scib-metrics
+    ``pcr_comparison``). The pre-integration representation is :func:`~sctrilemma.metrics.log1p_cp10k_pca` of the raw counts.
+
+    Parameters
+    ----------
+    X_pre
+        Raw counts of shape ``(n_obs, n_genes)``, dense or sparse.
+    X_post
+        Evaluated embedding of shape ``(n_obs, n_latent)``.
+    donors
+        Donor of each cell, shape ``(n_obs,)``.
+    n_comps
+        Principal components of the pre-integration PCA.
+    seed
+        Seed of the ARPACK start vector.
+
+    Returns
+    -------
+    Score in ``[0, 1]``; 1 means the embedding carries none of the donor variance of the expression PCA.
+    """
+    import scib_metrics
+
+    X_post = check_embedding(X_post, name="X_post")
+    donors = check_labels(donors, X_post.shape[0], name="donors")
+    X_pre = X_pre if sp.issparse(X_pre) else np.asarray(X_pre)
+    if X_pre.ndim != 2 or X_pre.shape[0] != X_post.shape[0]:
+        raise ValueError(
+            f"`X_pre` has shape {X_pre.shape} but `X_post` has {X_post.shape[0]} rows; pass counts of the same cells "
+            "as a 2-D (n_obs, n_genes) matrix."
+        )
+    require_classes(donors, metric="PCR comparison", name="donors", what="donors")
+    pre = log1p_cp10k_pca(X_pre, n_comps=n_comps, seed=seed)
+    with warnings.catch_warnings():
+        # The paper clips negative comparisons to 0 as scib-metrics does; its per-call warning is noise here.
+        warnings.filterwarnings("ignore", message="PCR comparison score is negative")
+        return float(scib_metrics.pcr_comparison(pre, X_post, donors, scale=True, categorical=True))
+
+
+def _strata(modality: np.ndarray, strata: np.ndarray, *, metric: str) -> list[np.ndarray]:
+    """Indices of the strata holding at least two cells of every modality level; raise if there are none."""
+    levels = require_classes(modality, metric=metric, name="modality", what="modality levels")
+    groups = []
+    for stratum in np.unique(strata):
+        idx = np.flatnonzero(strata == stratum)
+        if all((modality[idx] == level).sum() >= 2 for level in levels):
+            groups.append(idx)
+    if not groups:
+        raise skip(metric, "no stratum has at least two cells of every modality level.")
+    return groups
+
+
+def modality_r2(X: ArrayLike, modality: ArrayLike, strata: ArrayLike) -> float:
+    """Modality R^2: within-stratum embedding variance explained by the modality centroids, mean over strata.
+
+    ``R_s^2 = sum_m n_sm ||r_sm - r_s||^2 / sum_i ||r_i - r_s||^2`` on L2-normalised embeddings (RQ3 supplement);
+    strata are donor x cell-type combinations.
+
+    Parameters
+    ----------
+    X
+        Embedding of shape ``(n_obs, n_features)``.
+    modality
+        Measurement modality of each cell (e.g. scRNA/snRNA), shape ``(n_obs,)``.
+    strata
+        Stratum of each cell, shape ``(n_obs,)``.
+
+    Returns
+    -------
+    Score in ``[0, 1]``; lower is better (0: modality explains none of the within-stratum variance).
+    """
+    X = l2_normalize(check_embedding(X))
+    modality = check_labels(modality, X.shape[0], name="modality")
+    strata = check_labels(strata, X.shape[0], name="strata")
+    scores = []
+    for idx in _strata(modality, strata, metric="Modality R^2"):
+        R, m = X[idx], modality[idx]
+        centre = R.mean(axis=0)
+        total = ((R - centre) ** 2).sum()
+        between = sum((m == level).sum() * ((R[m == level].mean(axis=0) - centre) ** 2).sum() for level in np.unique(m))
+        scores.append(between / total if total > 0 else 0.0)
+    return float(np.mean(scores))
+
+
+@dependencies("scib_metrics")
+def modality_asw(X: ArrayLike, modality: ArrayLike, strata: ArrayLike) -> float:
+    """Modality ASW: ``1 - mean_i |q_i|`` of the cosine modality silhouette within each stratum, mean over strata.
+
+    Uses scib-metrics ``silhouette_batch`` (cosine, rescaled), whose per-label mean of ``1 - |s_i|`` averaged over
+    labels is this definition.
+
+    Parameters
+    ----------
+    X
+        Embedding of shape ``(n_obs, n_features)``.
+    modality
+        Measurement modality of each cell, shape ``(n_obs,)``.
+    strata
+        Stratum (donor x cell type) of each cell, shape ``(n_obs,)``.
+
+    Returns
+    -------
+    Score in ``[0, 1]``; higher means modalities are less separable within strata.
+    """
+    import scib_metrics
+
+    X = check_embedding(X)
+    modality = check_labels(modality, X.shape[0], name="modality")
+    strata = check_labels(strata, X.shape[0], name="strata")
+    keep = np.concatenate(_strata(modality, strata, metric="Modality ASW"))
+    return float(scib_metrics.silhouette_batch(X[keep], strata[keep], modality[keep], rescale=True, metric="cosine"))
+
+
+def conditional_ilisi(X: ArrayLike, modality: ArrayLike, strata: ArrayLike, *, n_neighbors: int = 30) -> float:
+    """Conditional iLISI: modality diversity of plain ``n_neighbors``-NN neighbourhoods built within each stratum.
+
+    Per cell ``1 / sum_m p_im^2 - 1`` with ``p_im`` the fraction of its neighbours (cosine, self excluded) from
+    modality ``m``, divided by ``M - 1`` (``M`` modality levels; with the paper's two modalities this is the RQ3
+    supplement's definition unchanged); averaged over cells, then over strata.
+
+    Parameters
+    ----------
+    X
+        Embedding of shape ``(n_obs, n_features)``.
+    modality
+        Measurement modality of each cell, shape ``(n_obs,)``.
+    strata
+        Stratum (donor x cell type) of each cell, shape ``(n_obs,)``.
+    n_neighbors
+        Neighbours per cell, capped at the stratum size minus one.
+
+    Returns
+    -------
+    Score in ``[0, 1]``; 0 when each neighbourhood holds one modality, 1 when all are equally represented.
+    """
+    X = l2_normalize(check_embedding(X))
+    modality = check_labels(modality, X.shape[0], name="modality")
+    strata = check_labels(strata, X.shape[0], name="strata")
+    levels, codes = np.unique(modality, return_inverse=True)
+    scores = []
+    for idx in _strata(modality, strata, metric="Conditional iLISI"):
+        k = min(n_neighbors, idx.size - 1)
+        neighbors = NearestNeighbors(n_neighbors=k, algorithm="brute", metric="cosine").fit(X[idx]).kneighbors()[1]
+        proportions = np.stack([(codes[idx][neighbors] == c).mean(axis=1) for c in range(levels.size)], axis=1)
+        scores.append(np.mean((1 / (proportions**2).sum(axis=1) - 1) / (levels.size - 1)))
+    return float(np.mean(scores))

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import anndata as ad
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sctrilemma._cli import main
+from sctrilemma.benchmark import ContextInvariance, ExpressionFidelity, Identity, Scorecard, pca_baseline
+
+FAST = {"n_repeats": 2, "max_cells": 400, "max_per_label": 100, "progress_bar": False}
+
+
+@pytest.fixture
+def scored(small_adata):
+    """small_adata with a perfect embedding (one-hot cell types + donor noise) and a random one."""
+    rng = np.random.default_rng(0)
+    types = small_adata.obs["cell_type"].astype("category").cat.codes.to_numpy()
+    perfect = np.eye(types.max() + 1)[types] * 5 + rng.normal(scale=0.1, size=(small_adata.n_obs, types.max() + 1))
+    small_adata.obsm["perfect"] = perfect
+    small_adata.obsm["random"] = rng.normal(size=(small_adata.n_obs, 8))
+    counts = small_adata.X.toarray().astype(np.float32)
+    small_adata.layers["exact"] = counts  # a reconstruction equal to the data
+    return small_adata
+
+
+def test_scorecard_separates_good_from_random(scored):
+    card = Scorecard(
+        scored, ["perfect", "random"], "cell_type", "donor", reconstruction_keys={"perfect": "exact"}, **FAST
+    )
+    card.benchmark()
+    results = card.get_results()
+    assert set(results.columns) == {"method", "demand", "metric", "mean", "sd", "n_repeats"}
+    means = results.set_index(["method", "metric"])["mean"]
+    assert means["perfect", "nmi"] > 0.9 > means["random", "nmi"]
+    assert means["perfect", "asw_label"] > means["random", "asw_label"]
+    assert means["random", "bras"] > 0.8  # random points are well mixed across donors
+    assert means["perfect", "logfc_spearman"] == pytest.approx(1.0)
+    assert means["perfect", "deg_jaccard"] == pytest.approx(1.0)
+    assert means["perfect", "reconstruction_mae"] == pytest.approx(0.0, abs=1e-6)
+    assert (results.loc[results["demand"] != "expression fidelity", "n_repeats"] == 2).all()
+    pivot = card.get_results(pivot=True)
+    assert list(pivot.index) == ["perfect", "random"]
+    # pathways were requested but no gene sets given: reported, not silently dropped
+    assert any(s.metric == "pathways" and "no gene sets" in s.reason for s in card.skipped)
+    markdown = card.to_markdown()
+    assert "| identity | nmi |" in markdown
+    assert "Skipped:" in markdown
+    figure = card.plot_results()
+    assert len(figure.axes) == 3
+
+
+def test_undefined_metrics_are_reported(scored):
+    scored.obs["one_donor"] = "d1"
+    card = Scorecard(
+        scored,
+        ["perfect"],
+        "cell_type",
+        "one_donor",
+        identity=Identity(nmi_ari=True, asw_label=False, clisi=False, isolated_labels=False, celltype_retrieval=False),
+        context=ContextInvariance(pcr_comparison=False, residual_donor_invariance=False, local_donor_mixing=False),
+        fidelity=ExpressionFidelity(),
+        **FAST,
+    )
+    card.benchmark()
+    skipped = {s.metric: s.reason for s in card.skipped}
+    assert "bras" in skipped
+    assert "ilisi" in skipped
+    assert "nmi" in set(card.get_results()["metric"])
+
+
+def test_scorecard_input_errors(scored):
+    with pytest.raises(ValueError, match="not in adata.obsm"):
+        Scorecard(scored, ["X_missing"], "cell_type", "donor")
+    with pytest.raises(ValueError, match="`donor_key='individual'` is not a column"):
+        Scorecard(scored, ["perfect"], "cell_type", "individual")
+    with pytest.raises(ValueError, match="reconstruction a layer"):
+        Scorecard(scored, ["perfect"], "cell_type", "donor", reconstruction_keys={"perfect": "nope"})
+    lognorm = scored.copy()
+    lognorm.X = sp.csr_matrix(np.log1p(lognorm.X.toarray().astype(np.float32)))
+    with pytest.raises(ValueError, match="non-integer values"):
+        Scorecard(lognorm, ["perfect"], "cell_type", "donor")
+    with pytest.raises(RuntimeError, match="benchmark"):
+        Scorecard(scored, ["perfect"], "cell_type", "donor").get_results()
+
+
+def test_pca_baseline_does_not_touch_the_data(small_adata):
+    before = small_adata.X.copy()
+    result = pca_baseline(small_adata, n_top_genes=500, n_comps=20)
+    assert result.embedding.shape == (small_adata.n_obs, 20)
+    assert (small_adata.X != before).nnz == 0
+    assert "X_pca" not in small_adata.obsm
+
+
+def test_score_cli_writes_the_three_files(scored, tmp_path, capsys):
+    path = tmp_path / "scored.h5ad"
+    scored.write_h5ad(path)
+    out = tmp_path / "card"
+    code = main(
+        [
+            "score", str(path), "--embedding-key", "perfect", "random", "--label-key", "cell_type",
+            "--donor-key", "donor", "--reconstruction", "perfect=exact", "--n-repeats", "2", "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    for name in ("scorecard.csv", "scorecard.md", "scorecard.png"):
+        assert (out / name).stat().st_size > 100
+    assert "identity" in (out / "scorecard.md").read_text()
+    assert ad.read_h5ad(path).n_obs == scored.n_obs
+    assert main(["score", str(path), "--embedding-key", "perfect", "--label-key", "x", "--donor-key", "donor",
+                 "--out", str(out)]) == 2  # fmt: skip
+    assert "`label_key='x'` is not a column" in capsys.readouterr().err
