@@ -65,10 +65,16 @@ def small_adata(_example: ad.AnnData) -> ad.AnnData:
     return _example[keep].copy()
 
 
-@pytest.fixture
-def tiny() -> dict:
-    """Tiny model sizes, for ``SCTrilemma(adata, **tiny)`` or ``SCTrilemmaModule(n, **tiny)``."""
+@pytest.fixture(scope="session")
+def tiny_sizes() -> dict:
+    """Tiny model sizes for module- and session-scoped fixtures (do not modify)."""
     return dict(TINY)
+
+
+@pytest.fixture
+def tiny(tiny_sizes: dict) -> dict:
+    """Tiny model sizes, for ``SCTrilemma(adata, **tiny)`` or ``SCTrilemmaModule(n, **tiny)``."""
+    return dict(tiny_sizes)
 
 
 @pytest.fixture

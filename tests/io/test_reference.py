@@ -17,15 +17,6 @@ import torch
 from sctrilemma import SCTrilemma
 from sctrilemma.data import load_example
 
-TINY = {
-    "n_hidden": 32,
-    "n_latent_tokens": 4,
-    "crop_size": 256,
-    "n_encoder_layers": 1,
-    "n_decoder_layers": 1,
-    "n_heads": 4,
-    "n_prior_codes": 8,
-}
 REFERENCE_FILE = "model.safetensors"
 
 
@@ -39,10 +30,10 @@ def _subset(n_per_donor: int, seed: int) -> ad.AnnData:
     return adata[keep].copy()
 
 
-def _train(adata: ad.AnnData, seed: int) -> SCTrilemma:
+def _train(adata: ad.AnnData, seed: int, sizes: dict) -> SCTrilemma:
     scvi.settings.seed = seed
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, **TINY)
+    model = SCTrilemma(adata, **sizes)
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     return model
 
@@ -53,14 +44,14 @@ def adata() -> ad.AnnData:
 
 
 @pytest.fixture(scope="module")
-def model(adata: ad.AnnData) -> SCTrilemma:
-    return _train(adata, seed=0)
+def model(adata: ad.AnnData, tiny_sizes: dict) -> SCTrilemma:
+    return _train(adata, seed=0, sizes=tiny_sizes)
 
 
 @pytest.fixture(scope="module")
-def other_model(adata: ad.AnnData) -> SCTrilemma:
+def other_model(adata: ad.AnnData, tiny_sizes: dict) -> SCTrilemma:
     """A second model on the same data, trained from another seed (different weights)."""
-    return _train(adata.copy(), seed=1)
+    return _train(adata.copy(), seed=1, sizes=tiny_sizes)
 
 
 @pytest.fixture(scope="module")

@@ -16,20 +16,11 @@ import torch
 
 from sctrilemma import SCTrilemma
 from sctrilemma.data import load_example
+from sctrilemma.data._example import REFERENCE_DONORS
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-TINY = {
-    "n_hidden": 32,
-    "n_latent_tokens": 4,
-    "crop_size": 256,
-    "n_encoder_layers": 1,
-    "n_decoder_layers": 1,
-    "n_heads": 4,
-    "n_prior_codes": 8,
-}
-REFERENCE_DONORS = ("1015", "1016", "1244")
 QUERY_DONORS = ("1256", "1488")
 ENSEMBL = re.compile(r"^ENS[A-Z]*G\d{6,}")
 
@@ -49,11 +40,11 @@ def _cells(example: ad.AnnData, donors: tuple[str, ...], n_per_donor: int, seed:
 
 
 @pytest.fixture(scope="module")
-def reference(example: ad.AnnData) -> SCTrilemma:
+def reference(example: ad.AnnData, tiny_sizes: dict) -> SCTrilemma:
     adata = _cells(example, REFERENCE_DONORS, 134, seed=0)
     scvi.settings.seed = 0
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, **TINY)
+    model = SCTrilemma(adata, **tiny_sizes)
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     return model
 
@@ -184,7 +175,7 @@ def test_zero_shot_embedding(
     assert set(query_model.adata.obs["donor"]) == set(QUERY_DONORS)
     donors = query_model.adata_manager.get_state_registry("donor").categorical_mapping
     assert set(QUERY_DONORS) <= set(donors)
-    assert query_latent.shape == (base.n_obs, TINY["n_hidden"])
+    assert query_latent.shape == (base.n_obs, reference.module.n_hidden)
     assert np.isfinite(query_latent).all()
     assert query_latent.std(0).min() > 0  # cells are not all mapped to one point
 
@@ -261,7 +252,7 @@ def test_too_little_overlap(reference_dir: Path, base: ad.AnnData) -> None:
 
 
 def test_query_without_donor_column(
-    reference_dir: Path, query_latent: np.ndarray, base: ad.AnnData, measured: np.ndarray
+    reference_dir: Path, query_latent: np.ndarray, base: ad.AnnData, measured: np.ndarray, tiny_sizes: dict
 ) -> None:
     query = _modified(base, measured)
     del query.obs["donor"]
@@ -269,7 +260,7 @@ def test_query_without_donor_column(
     model = SCTrilemma.load_query_data(query, reference_dir)
     assert (model.adata.obs["donor"] == "unknown").all()
     latent = model.get_latent_representation()
-    assert latent.shape == (base.n_obs, TINY["n_hidden"])
+    assert latent.shape == (base.n_obs, tiny_sizes["n_hidden"])
     np.testing.assert_allclose(latent, query_latent, atol=1e-5)  # donors do not enter the encoder
     _assert_unchanged(query, before)
     assert "donor" not in query.obs.columns
@@ -340,13 +331,15 @@ def test_non_count_query(reference_dir: Path, base: ad.AnnData) -> None:
 
 # ------------------------------------------------------------------ numeric donor IDs
 @pytest.fixture(scope="module")
-def numeric_donor_reference_dir(example: ad.AnnData, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def numeric_donor_reference_dir(
+    example: ad.AnnData, tmp_path_factory: pytest.TempPathFactory, tiny_sizes: dict
+) -> Path:
     """A reference whose donor column holds integers (as read from many sample sheets)."""
     adata = _cells(example, REFERENCE_DONORS, 50, seed=5)
     adata.obs["donor"] = adata.obs["donor"].astype(str).astype(int)
     scvi.settings.seed = 0
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, **TINY)
+    model = SCTrilemma(adata, **tiny_sizes)
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     assert model.registry_["field_registries"]["donor"]["state_registry"]["categorical_mapping"].dtype.kind == "i"
     directory = tmp_path_factory.mktemp("numeric") / "reference"
@@ -356,7 +349,7 @@ def numeric_donor_reference_dir(example: ad.AnnData, tmp_path_factory: pytest.Te
 
 @pytest.mark.parametrize("with_donor_column", [True, False])
 def test_reference_with_numeric_donors(
-    numeric_donor_reference_dir: Path, example: ad.AnnData, with_donor_column: bool
+    numeric_donor_reference_dir: Path, example: ad.AnnData, with_donor_column: bool, tiny_sizes: dict
 ) -> None:
     query = _cells(example, ("1244", "1256", "1488"), 30, seed=6)  # one reference donor, two new ones
     query.obs["donor"] = query.obs["donor"].astype(str).astype(int)
@@ -364,7 +357,7 @@ def test_reference_with_numeric_donors(
         del query.obs["donor"]
     model = SCTrilemma.load_query_data(query, numeric_donor_reference_dir)
     latent = model.get_latent_representation()
-    assert latent.shape == (query.n_obs, TINY["n_hidden"])
+    assert latent.shape == (query.n_obs, tiny_sizes["n_hidden"])
     assert np.isfinite(latent).all()
     mapping = [str(c) for c in model.adata_manager.get_state_registry("donor").categorical_mapping]
     expected = ["1015", "1016", "1244", "1256", "1488"] if with_donor_column else ["1015", "1016", "1244", "unknown"]
