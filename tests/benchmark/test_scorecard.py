@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 from sctrilemma._cli import main
-from sctrilemma.benchmark import ContextInvariance, ExpressionFidelity, Identity, Scorecard, pca_baseline
+from sctrilemma.benchmark import ContextInvariance, ExpressionFidelity, Identity, Scorecard, pca_baseline, scvi_baseline
 
 FAST = {"n_repeats": 2, "max_cells": 400, "max_per_label": 100, "progress_bar": False}
 
@@ -110,3 +110,14 @@ def test_score_cli_writes_the_three_files(scored, tmp_path, capsys):
     assert main(["score", str(path), "--embedding-key", "perfect", "--label-key", "x", "--donor-key", "donor",
                  "--out", str(out)]) == 2  # fmt: skip
     assert "`label_key='x'` is not a column" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batch_key", [None, "donor"])
+def test_scvi_baseline(small_adata, batch_key):
+    result = scvi_baseline(small_adata, batch_key=batch_key, max_epochs=2, n_latent=5)
+    assert result.embedding.shape == (small_adata.n_obs, 5)
+    assert result.reconstruction.shape == small_adata.shape
+    np.testing.assert_allclose(result.reconstruction.sum(1), small_adata.X.toarray().sum(1), rtol=1e-3)
+    assert result.details["epochs"] == 2
+    assert result.details["batch_key"] == batch_key
+    assert "_scvi_batch" not in small_adata.obs

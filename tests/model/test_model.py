@@ -216,3 +216,18 @@ def test_new_donors_can_be_embedded(small_adata, example_adata, tiny):
     query.obs["donor"] = "unseen-" + query.obs["donor"].astype(str)
     latent = model.get_latent_representation(query)
     assert latent.shape == (50, tiny["n_hidden"])
+
+
+def test_backed_anndata(small_adata, tiny, tmp_path):
+    import anndata as ad
+
+    path = tmp_path / "backed.h5ad"
+    small_adata.write_h5ad(path)
+    backed = ad.read_h5ad(path, backed="r")
+    SCTrilemma.setup_anndata(backed, donor_key="donor")
+    model = SCTrilemma(backed, **tiny)
+    model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
+    latent = model.get_latent_representation()
+    assert latent.shape == (small_adata.n_obs, tiny["n_hidden"])
+    assert model.get_pseudobulk_codes().shape[0] == small_adata.obs["donor"].nunique()
+    assert model.get_normalized_expression(indices=np.arange(5)).shape == (5, tiny["crop_size"])

@@ -116,7 +116,7 @@ def scvi_baseline(
         train_seconds=seconds,
         details={
             "batch_key": batch_key,
-            "epochs": int(model.history["train_loss_epoch"].shape[0]),
+            "epochs": int(model.history["elbo_train"].shape[0]),
             "time_budget_s": time_budget_s,
             "n_latent": n_latent,
         },
