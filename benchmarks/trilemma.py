@@ -2,7 +2,8 @@
 
 For each dataset in ``--data-dir`` (default ``../shared/data``), trains SCTrilemma (``preset="small"``) and scVI
 without and with the donor as batch, each for the same wall-clock budget, computes a log1p-CP10K PCA, and scores
-all embeddings (and the two models' reconstructions) with :class:`sctrilemma.benchmark.Scorecard`.
+all embeddings (and the models' reconstructions) with :class:`sctrilemma.benchmark.Scorecard`, together with
+SCTrilemma's demand-targeted interventions (centroid shrinkage, donor centering at alpha 0.5 and 1).
 
 Usage: ``python benchmarks/trilemma.py [--budget-s 240] [--n-repeats 5] [--quick] [--out DIR] [--json PATH]``.
 """
@@ -19,7 +20,7 @@ import anndata as ad
 import scvi
 
 from sctrilemma import SCTrilemma
-from sctrilemma.benchmark import Scorecard, pca_baseline, scvi_baseline
+from sctrilemma.benchmark import Scorecard, intervention_outputs, pca_baseline, scvi_baseline
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,23 +50,30 @@ def train_sctrilemma(
     start = time.perf_counter()
     model.train(max_steps=max_steps, batch_size=128, enable_progress_bar=False)
     train_s = time.perf_counter() - start
-    embedding = model.get_latent_representation()
-    reconstruction = model.get_normalized_expression(gene_list=list(adata.var_names), return_numpy=True)
-    return embedding, reconstruction, {"train_s": train_s, "steps": max_steps}
+    return model, {"train_s": train_s, "steps": max_steps}
 
 
-def run_dataset(path: Path, budget_s: float, n_repeats: int, gene_sets: Path | None, seed: int, out: Path) -> dict:
+def run_dataset(
+    path: Path, budget_s: float, n_repeats: int, gene_sets: Path | None, seed: int, out: Path, interventions: bool
+) -> dict:
     label_key, context_key, symbol_key = DATASETS[path.name]
     adata = ad.read_h5ad(path)
     adata.obs[context_key] = adata.obs[context_key].astype(str)
     budgets: dict[str, dict] = {}
 
-    embedding, reconstruction, budgets["X_sctrilemma"] = train_sctrilemma(adata.copy(), context_key, budget_s, seed)
-    adata.obsm["X_sctrilemma"], adata.layers["rec_sctrilemma"] = embedding, reconstruction
+    model, budgets["X_sctrilemma"] = train_sctrilemma(adata.copy(), context_key, budget_s, seed)
+    adata.obsm["X_sctrilemma"] = model.get_latent_representation()
+    adata.layers["rec_sctrilemma"] = model.get_normalized_expression(gene_list=list(adata.var_names), return_numpy=True)
+    reconstruction_keys = {"X_sctrilemma": "rec_sctrilemma"}
+    if interventions:
+        for name, (embedding, reconstruction) in intervention_outputs(model, model.adata, context_key).items():
+            adata.obsm[f"X_sct_{name}"], adata.layers[f"rec_sct_{name}"] = embedding, reconstruction
+            reconstruction_keys[f"X_sct_{name}"] = f"rec_sct_{name}"
     for key, batch_key in (("X_scvi", None), ("X_scvi_donor", context_key)):
         result = scvi_baseline(adata, batch_key=batch_key, time_budget_s=budget_s, seed=seed)
         adata.obsm[key], adata.layers[f"rec_{key[2:]}"] = result.embedding, result.reconstruction
         budgets[key] = {"train_s": result.train_seconds, "epochs": result.details["epochs"]}
+        reconstruction_keys[key] = f"rec_{key[2:]}"
     pca = pca_baseline(adata, seed=seed)
     adata.obsm["X_pca"] = pca.embedding
     budgets["X_pca"] = {"train_s": pca.train_seconds}
@@ -73,10 +81,11 @@ def run_dataset(path: Path, budget_s: float, n_repeats: int, gene_sets: Path | N
     library = {"hallmark": str(gene_sets)} if gene_sets is not None and symbol_key is not None else {}
     card = Scorecard(
         adata,
-        ["X_sctrilemma", "X_scvi", "X_scvi_donor", "X_pca"],
+        ["X_sctrilemma", "X_scvi", "X_scvi_donor", "X_pca"]
+        + [k for k in reconstruction_keys if k.startswith("X_sct_")],
         label_key,
         context_key,
-        reconstruction_keys={"X_sctrilemma": "rec_sctrilemma", "X_scvi": "rec_scvi", "X_scvi_donor": "rec_scvi_donor"},
+        reconstruction_keys=reconstruction_keys,
         gene_sets=library,
         symbol_key=symbol_key,
         n_repeats=n_repeats,
@@ -106,7 +115,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=240.0, help="training seconds per model")
     parser.add_argument("--n-repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="budget 20 s, 2 repeats, Kang only")
+    parser.add_argument("--quick", action="store_true", help="budget 20 s, 2 repeats, Kang only, no interventions")
+    parser.add_argument("--no-interventions", action="store_true", help="skip the demand-targeted interventions")
     parser.add_argument("--out", default="benchmarks/results/trilemma")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -119,7 +129,13 @@ def main() -> None:
     summary = {}
     for name in files:
         summary[name] = run_dataset(
-            data_dir / name, budget, repeats, gene_sets if gene_sets.exists() else None, args.seed, Path(args.out)
+            data_dir / name,
+            budget,
+            repeats,
+            gene_sets if gene_sets.exists() else None,
+            args.seed,
+            Path(args.out),
+            interventions=not (args.quick or args.no_interventions),
         )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, default=float))

@@ -121,3 +121,30 @@ def test_scvi_baseline(small_adata, batch_key):
     assert result.details["epochs"] == 2
     assert result.details["batch_key"] == batch_key
     assert "_scvi_batch" not in small_adata.obs
+
+
+def test_interventions_on_a_trained_model(small_adata, tiny):
+    from sctrilemma import SCTrilemma
+    from sctrilemma.benchmark import intervention_outputs
+
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, **tiny)
+    model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
+    tokens = model.get_latent_tokens()
+    np.testing.assert_allclose(tokens.mean(1), model.get_latent_representation(), atol=1e-5)
+    library = small_adata.X.toarray().sum(1)
+    decoded = model.decode_latent_tokens(tokens[:10], library_size=library[:10])
+    expected = model.get_normalized_expression(indices=np.arange(10), gene_list=list(small_adata.var_names))
+    np.testing.assert_allclose(decoded, expected.to_numpy(), rtol=1e-4, atol=1e-5)
+
+    outputs = intervention_outputs(model, small_adata, "donor", alphas=(0.0, 1.0))
+    embedding = model.get_latent_representation()
+    np.testing.assert_allclose(outputs["donor_centering_0"][0], embedding, atol=1e-5)
+    centered = outputs["donor_centering_1"][0]
+    donors = small_adata.obs["donor"].astype(str).to_numpy()
+    means = np.stack([centered[donors == d].mean(0) for d in np.unique(donors)])
+    np.testing.assert_allclose(means, means[:1].repeat(len(means), 0), atol=1e-4)
+    shrunk, reconstruction = outputs["centroid_shrinkage_1"]
+    assert len(np.unique(shrunk.round(5), axis=0)) < small_adata.n_obs / 10  # cells collapse onto centroids
+    assert reconstruction.shape == small_adata.shape
+    np.testing.assert_allclose(reconstruction.sum(1), library, rtol=1e-3)

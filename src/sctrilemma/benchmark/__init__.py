@@ -1,4 +1,5 @@
 from ._baselines import BaselineResult, pca_baseline, scvi_baseline
+from ._interventions import intervention_outputs
 from ._reference import UpstreamStyleVAE
 from ._scorecard import ContextInvariance, ExpressionFidelity, Identity, Scorecard, Skipped
 
@@ -10,6 +11,7 @@ __all__ = [
     "Scorecard",
     "Skipped",
     "UpstreamStyleVAE",
+    "intervention_outputs",
     "pca_baseline",
     "scvi_baseline",
 ]

@@ -119,6 +119,74 @@ class ExpressionMixin:
             return values
         return pd.DataFrame(values, index=adata.obs_names[cell_indices], columns=genes[output])
 
+    @torch.inference_mode()
+    def get_latent_tokens(
+        self,
+        adata: AnnData | MuData | None = None,
+        indices: Sequence[int] | None = None,
+        batch_size: int | None = None,
+    ) -> np.ndarray:
+        """Posterior means of the ``K`` latent tokens, ``(n_cells, n_latent_tokens, n_hidden)``.
+
+        Their mean over tokens is :meth:`get_latent_representation`; :meth:`decode_latent_tokens` maps
+        (possibly edited) tokens back to expression.
+        """
+        retain_freed_memory()
+        adata = self._validate_anndata(adata)
+        self._check_cells_have_counts(adata, indices)
+        self.module.eval()
+        tokens = [
+            self.module.inference(tensors[REGISTRY_KEYS.X_KEY].to(self.device))[
+                SCT_MODULE_KEYS.QZ_TOKENS_MEAN_KEY
+            ].cpu()
+            for tensors in self._make_data_loader(adata=adata, indices=indices, batch_size=batch_size)
+        ]
+        return torch.cat(tokens).numpy()
+
+    @torch.inference_mode()
+    def decode_latent_tokens(
+        self,
+        tokens: np.ndarray,
+        gene_list: Sequence[str] | None = None,
+        library_size: float | np.ndarray = 1.0,
+        batch_size: int = 256,
+    ) -> np.ndarray:
+        """Expected expression decoded from latent tokens (e.g. after an intervention on them).
+
+        Parameters
+        ----------
+        tokens
+            ``(n_cells, n_latent_tokens, n_hidden)``, as from :meth:`get_latent_tokens`.
+        gene_list
+            Genes to decode (the softmax normalises over them); all model genes by default.
+        library_size
+            A number, or per-cell totals ``(n_cells,)``; ``1`` gives proportions.
+        batch_size
+            Cells per batch.
+
+        Returns
+        -------
+        ``(n_cells, n_genes)`` array.
+        """
+        genes = pd.Index(self.gene_names_)
+        chosen = np.arange(genes.size) if gene_list is None else genes.get_indexer(list(gene_list))
+        if (chosen < 0).any():
+            raise ValueError("Some genes of `gene_list` are not among the model's genes.")
+        tokens = np.asarray(tokens, dtype=np.float32)
+        expected = (tokens.shape[1], self.module.n_hidden)
+        if tokens.ndim != 3 or tokens.shape[1:] != expected:
+            raise ValueError(f"`tokens` must have shape (n_cells, {expected[0]}, {expected[1]}), got {tokens.shape}.")
+        library = np.broadcast_to(np.asarray(library_size, dtype=np.float32), (tokens.shape[0],))
+        genes_t = torch.as_tensor(chosen, device=self.device)
+        self.module.eval()
+        out = []
+        for start in range(0, tokens.shape[0], batch_size):
+            block = torch.as_tensor(tokens[start : start + batch_size], device=self.device)
+            logits = self.module.decode_in_chunks(block, self.module.pooling(block), genes_t)
+            proportions = torch.softmax(logits[..., 0].float(), dim=-1).cpu().numpy()
+            out.append(proportions * library[start : start + batch_size, None])
+        return np.concatenate(out)
+
     def _default_reconstruction_genes(self, manager: AnnDataManager, indices: np.ndarray) -> np.ndarray:
         """Sorted indices of the top-``crop_size`` genes by total counts over ``indices``."""
         matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
