@@ -1,6 +1,7 @@
 from ._import import import_upstream_checkpoint
 from ._reference import read_reference, write_reference
-from ._upstream import read_checkpoint_tensors, read_upstream_vocabulary, upstream_to_module_state
+from ._torch_zip import read_checkpoint_tensors
+from ._upstream import read_upstream_vocabulary, upstream_to_module_state
 
 __all__ = [
     "import_upstream_checkpoint",
