@@ -43,6 +43,21 @@ def _seed() -> None:
     scvi.settings.seed = 0
 
 
+@pytest.fixture(autouse=True)
+def _one_thread_for_tiny_models(request: pytest.FixtureRequest):
+    """Tiny models run fastest on one thread; OpenMP spinning on a loaded 2-core machine made them 20x slower.
+
+    Tests marked ``slow`` (full-size example runs) keep all threads.
+    """
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def _example() -> ad.AnnData:
     return load_example()
