@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
-from . import data, io, module, nn
+from . import benchmark, data, io, metrics, module, nn, plotting, train
 from .model import SCTrilemma
 
 try:
@@ -15,4 +15,4 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 logger = logging.getLogger("sctrilemma")
 
-__all__ = ["SCTrilemma", "data", "io", "module", "nn"]
+__all__ = ["SCTrilemma", "benchmark", "data", "io", "metrics", "module", "nn", "plotting", "train"]
