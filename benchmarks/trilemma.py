@@ -122,6 +122,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="budget 20 s, 2 repeats, Kang only, no interventions")
     parser.add_argument("--no-interventions", action="store_true", help="skip the demand-targeted interventions")
+    parser.add_argument(
+        "--datasets", nargs="*", default=None, help=f"file names to run (default: all of {list(DATASETS)})"
+    )
     parser.add_argument("--out", default="benchmarks/results/trilemma")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -129,7 +132,10 @@ def main() -> None:
     if not data_dir.is_dir():
         raise SystemExit(f"{data_dir} not found: this benchmark reads the shared real datasets.")
     budget, repeats = (20.0, 2) if args.quick else (args.budget_s, args.n_repeats)
-    files = ["kang2018_pbmc_ctrl.h5ad"] if args.quick else list(DATASETS)
+    files = ["kang2018_pbmc_ctrl.h5ad"] if args.quick else (args.datasets or list(DATASETS))
+    unknown = set(files) - set(DATASETS)
+    if unknown:
+        raise SystemExit(f"Unknown datasets {sorted(unknown)}; choose from {list(DATASETS)}.")
     gene_sets = Path(args.gene_sets_dir) / GENE_SETS
     summary = {}
     for name in files:
@@ -143,7 +149,9 @@ def main() -> None:
             interventions=not (args.quick or args.no_interventions),
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2, default=float))
+        path = Path(args.json)
+        previous = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**previous, **summary}, indent=2, default=float))
 
 
 if __name__ == "__main__":
