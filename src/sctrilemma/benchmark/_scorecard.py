@@ -337,8 +337,9 @@ class Scorecard:
             ax.set_xticks(np.arange(len(names)) + width * (len(methods) - 1) / 2)
             ax.set_xticklabels(names, rotation=45, ha="right")
             ax.set_title(demand)
-        axes[0][0].legend(fontsize="small")
+        handles, names = axes[0][0].get_legend_handles_labels()
         figure.tight_layout()
+        figure.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False)
         if path is not None:
             figure.savefig(path, dpi=120, bbox_inches="tight")
         return figure
