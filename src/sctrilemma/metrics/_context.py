@@ -18,6 +18,7 @@ from sklearn.neighbors import NearestNeighbors
 from sctrilemma._validation import check_counts
 
 from ._errors import check_embedding, check_labels, l2_normalize, require_classes, skip
+from ._fidelity import log1p_cp10k
 from ._identity import exact_neighbors
 
 if TYPE_CHECKING:
@@ -123,15 +124,10 @@ def log1p_cp10k_pca(X_counts: ArrayLike | sp.spmatrix, *, n_comps: int = 50, see
         if X_counts.ndim != 2:
             raise ValueError(f"`X_pre` must be 2-D (n_obs, n_genes); got an array of shape {X_counts.shape}.")
     check_counts(X_counts, where="`X_pre`")
-    X = sp.csr_matrix(X_counts, dtype=np.float64) if sp.issparse(X_counts) else X_counts.astype(np.float64)
-    totals = np.asarray(X.sum(axis=1)).ravel()
+    totals = np.asarray(X_counts.sum(axis=1)).ravel()
     if (totals == 0).any():
         raise ValueError(f"`X_pre` has {int((totals == 0).sum())} cells with zero total counts; remove them first.")
-    if sp.issparse(X):
-        X = sp.diags(1e4 / totals) @ X
-        X.data = np.log1p(X.data)
-    else:
-        X = np.log1p(X * (1e4 / totals)[:, None])
+    X = log1p_cp10k(X_counts, library_size=totals)
     n_comps = min(n_comps, min(X.shape) - 1)
     if n_comps < 1:
         raise ValueError(f"`X_pre` has shape {X.shape}; PCA needs at least 2 cells and 2 genes.")
