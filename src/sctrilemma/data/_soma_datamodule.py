@@ -255,7 +255,9 @@ class SomaDataModule(LightningDataModule):
         }
 
     # ------------------------------------------------------------------ streams
-    def experiment_dataset(self, *, shuffle: bool, batch_size: int, sparse: bool = False) -> ExperimentDataset:
+    def experiment_dataset(
+        self, *, shuffle: bool, batch_size: int, sparse: bool = False, io_batch_size: int | None = None
+    ) -> ExperimentDataset:
         """The :class:`tiledbsoma_ml.ExperimentDataset` over the selected cells and genes."""
         from tiledbsoma_ml import ExperimentDataset
 
@@ -264,16 +266,18 @@ class SomaDataModule(LightningDataModule):
             query_ids=self.query_ids,
             obs_column_names=["soma_joinid", self.dataset_column, self.donor_column],
             batch_size=batch_size,
-            io_batch_size=self.io_batch_size,
+            io_batch_size=self.io_batch_size if io_batch_size is None else io_batch_size,
             shuffle=shuffle,
             shuffle_chunk_size=self.shuffle_chunk_size,
             seed=self.seed,
             return_sparse_X=sparse,
         )
 
-    def batches(self, *, shuffle: bool, batch_size: int, min_expressed_genes: int = 0) -> SomaBatches:
+    def batches(
+        self, *, shuffle: bool, batch_size: int, min_expressed_genes: int = 0, io_batch_size: int | None = None
+    ) -> SomaBatches:
         """Tensor mini-batches over all selected cells (one process; DDP sharding is set in :meth:`setup`)."""
-        dataset = self.experiment_dataset(shuffle=shuffle, batch_size=batch_size)
+        dataset = self.experiment_dataset(shuffle=shuffle, batch_size=batch_size, io_batch_size=io_batch_size)
         _set_partition(dataset, rank=0, world_size=1)
         return SomaBatches(
             dataset,
@@ -306,8 +310,12 @@ class SomaDataModule(LightningDataModule):
         return _loader(self.train_batches, self.num_workers)
 
     def inference_dataloader(self, batch_size: int = 1024) -> DataLoader:
-        """All selected cells in experiment order (``soma_joinid`` ascending), not shuffled."""
-        return _loader(self.batches(shuffle=False, batch_size=batch_size), self.num_workers)
+        """All selected cells in experiment order (``soma_joinid`` ascending), not shuffled.
+
+        Reads ``4 * batch_size`` cells per SOMA request, so memory stays flat in the number of cells.
+        """
+        batches = self.batches(shuffle=False, batch_size=batch_size, io_batch_size=4 * batch_size)
+        return _loader(batches, self.num_workers)
 
     # ------------------------------------------------------------------ PB-Cond
     def pseudobulk(self, progress_bar: bool = True) -> PseudobulkTable:
@@ -319,7 +327,9 @@ class SomaDataModule(LightningDataModule):
         cache_file = Path(self.cache_dir) / f"pseudobulk_{key}.npz"
 
         def compute() -> PseudobulkTable:
-            dataset = self.experiment_dataset(shuffle=False, batch_size=PSEUDOBULK_CHUNK, sparse=True)
+            dataset = self.experiment_dataset(
+                shuffle=False, batch_size=PSEUDOBULK_CHUNK, sparse=True, io_batch_size=4 * PSEUDOBULK_CHUNK
+            )
             _set_partition(dataset, rank=0, world_size=1)
             total = -(-self.n_obs // PSEUDOBULK_CHUNK)
             return streamed_pseudobulk(
