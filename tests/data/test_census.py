@@ -147,3 +147,11 @@ def test_census_import_sctrilemma_does_not_import_tiledbsoma():
     code = "import sys, sctrilemma; print('tiledbsoma' in sys.modules, 'cellxgene_census' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "False False"
+
+
+@pytest.mark.slow
+def test_census_dataloader_workers_shard_the_stream(census_dir, tmp_path):
+    datamodule = SomaDataModule(str(census_dir), batch_size=64, num_workers=2, cache_dir=tmp_path)
+    datamodule.setup("fit")
+    seen = np.concatenate([t["soma_joinid"].numpy() for t in datamodule.train_dataloader()])
+    assert seen.size == np.unique(seen).size == datamodule.n_obs  # each cell once, from one of the two workers

@@ -79,7 +79,7 @@ class CensusMixin:
 
         Examples
         --------
-        >>> census = cellxgene_census.open_soma(census_version="2025-01-30")
+        >>> census = cellxgene_census.open_soma(census_version="stable")
         >>> model = sctrilemma.SCTrilemma.from_census(census, preset="paper")
         >>> model.train(max_epochs=1, accelerator="gpu", devices=4, strategy="ddp")
         >>> model.save("census_reference/")
