@@ -23,6 +23,7 @@ from sctrilemma._validation import (
     check_obs_keys,
     registered_matrix_name,
 )
+from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
 from sctrilemma.model._presets import TRAINING_DEFAULTS, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
@@ -47,7 +48,9 @@ DEFAULT_EPOCHS_CAP = 50
 PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
-class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass):
+class SCTrilemma(
+    CensusMixin, ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass
+):
     """scTrilemma: a gene-token Perceiver VAE with E-Gate, C-Route and PB-Cond :cite:p:`sctrilemma`.
 
     Parameters
@@ -339,7 +342,18 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
             The learning rate defaults to the preset's: 2e-4 (``"paper"``) or 1e-3 (``"small"``).
         **trainer_kwargs
             Passed to :class:`~scvi.train.Trainer` (e.g. ``strategy``, ``num_nodes``).
+
+        Notes
+        -----
+        A model from :meth:`from_census` streams its cells instead: ``batch_size``, the split and
+        ``min_expressed_genes`` are then the data module's, and training uses every selected cell.
+        Under DDP the posterior BatchNorm normalises with statistics all-reduced over ranks.
         """
+        plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
+        if self.datamodule is not None:
+            return self._train_streamed(
+                max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
+            )
         # Lightning does not switch modules back to training mode after load or a previous fit.
         self.module.train()
         retain_freed_memory()
@@ -364,7 +378,7 @@ class SCTrilemma(ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, Uns
             devices=devices,
             batch_size=batch_size,
             datasplitter_kwargs=datasplitter_kwargs,
-            plan_kwargs={**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})},
+            plan_kwargs=plan_kwargs,
             **trainer_kwargs,
         )
 

@@ -64,14 +64,25 @@ class PriorSetupMixin:
     def _codes(self, manager: AnnDataManager) -> tuple[np.ndarray, np.ndarray, int, pd.MultiIndex]:
         """Soft codes ``(n_groups, M)`` of ``manager``'s groups, fitting the codebook on first use."""
         profiles, keys, stride, names = self._group_profiles(manager)
+        return self._codes_of_profiles(profiles), keys, stride, names
+
+    def _codes_of_profiles(self, profiles: np.ndarray) -> np.ndarray:
+        """Soft codes ``(n_groups, M)`` of pseudo-bulk ``profiles``; the first call fits the frozen codebook."""
         if self.pseudobulk_codebook_ is None:
             codebook = PseudobulkCodebook.fit(profiles, self.module.prior.to_mean.in_features)
             self.pseudobulk_codebook_ = codebook.to_dict()
-            logger.info("Fitted the PB-Cond codebook: %d centroids on %d groups.", codebook.n_codes, keys.size)
+            logger.info("Fitted the PB-Cond codebook: %d centroids on %d groups.", codebook.n_codes, len(profiles))
         codes = self.pseudobulk_codebook.codes(profiles)
         if self.prior_ == "shuffled":
             codes = codes[np.random.default_rng(SHUFFLE_SEED).permutation(codes.shape[0])]
-        return codes, keys, stride, names
+        return codes
+
+    def _set_module_codes(self, codes: np.ndarray, keys: np.ndarray, stride: int) -> None:
+        width = self.module.prior.to_mean.in_features
+        # With fewer groups than M the codebook has fewer centroids; pad the code with zeros.
+        padded = np.zeros((codes.shape[0], width), dtype=np.float32)
+        padded[:, : codes.shape[1]] = codes
+        self.module.set_group_codes(torch.as_tensor(keys), torch.as_tensor(padded), stride)
 
     def _prepare_prior(self, adata: AnnData | None) -> None:
         """Give the module the codes of ``adata``'s groups (no-op for the standard-normal prior)."""
@@ -79,11 +90,7 @@ class PriorSetupMixin:
             return
         manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
         codes, keys, stride, _ = self._codes(manager)
-        width = self.module.prior.to_mean.in_features
-        # With fewer groups than M the codebook has fewer centroids; pad the code with zeros.
-        padded = np.zeros((codes.shape[0], width), dtype=np.float32)
-        padded[:, : codes.shape[1]] = codes
-        self.module.set_group_codes(torch.as_tensor(keys), torch.as_tensor(padded), stride)
+        self._set_module_codes(codes, keys, stride)
 
     def get_pseudobulk_codes(self, adata: AnnData | None = None) -> pd.DataFrame:
         """Soft PB-Cond codes of the data's dataset-donor groups.

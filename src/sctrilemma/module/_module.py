@@ -16,7 +16,7 @@ from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import GeneCrop, expressed_crop, log_normalize, training_crop
-from sctrilemma.nn import CrossAttentionBlock, ExpressionGate, QueryRouter, TokenPooling
+from sctrilemma.nn import CrossAttentionBlock, ExpressionGate, QueryRouter, RankSyncedBatchNorm1d, TokenPooling
 
 if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
@@ -93,7 +93,7 @@ class SCTrilemmaModule(BaseModuleClass):
         self.expression_gate = ExpressionGate(n_hidden, gene_encoding=gene_encoding)
         self.latent_queries = nn.Parameter(0.02 * torch.randn(n_latent_tokens, n_hidden))
         self.encoder = nn.ModuleList([CrossAttentionBlock(n_hidden, **block_kwargs) for _ in range(n_encoder_layers)])
-        self.posterior_norm = nn.BatchNorm1d(n_hidden)
+        self.posterior_norm = RankSyncedBatchNorm1d(n_hidden)  # global-batch statistics under DDP
         self.to_mean = nn.Linear(n_hidden, n_hidden)
         self.to_logvar = nn.Linear(n_hidden, n_hidden)
         self.pooling = TokenPooling(n_hidden, pooling=pooling)

@@ -1,4 +1,13 @@
 from ._attention import CrossAttention, CrossAttentionBlock, SwiGLU
+from ._batchnorm import RankSyncedBatchNorm1d
 from ._gates import ExpressionGate, QueryRouter, TokenPooling
 
-__all__ = ["CrossAttention", "CrossAttentionBlock", "ExpressionGate", "QueryRouter", "SwiGLU", "TokenPooling"]
+__all__ = [
+    "CrossAttention",
+    "CrossAttentionBlock",
+    "ExpressionGate",
+    "QueryRouter",
+    "RankSyncedBatchNorm1d",
+    "SwiGLU",
+    "TokenPooling",
+]
