@@ -165,8 +165,9 @@ class CrossAttentionBlock(nn.Module):
     def forward_unit_context(
         self, queries: torch.Tensor, unit_context: torch.Tensor, context_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """:meth:`forward` with the context given as :func:`unit_rms` ``(context)``, via
-        :meth:`CrossAttention.attend_absorbed` (no attention dropout: evaluation only).
+        """:meth:`forward` with the context given as :func:`unit_rms` ``(context)``.
+
+        Runs :meth:`CrossAttention.attend_absorbed`, so no attention dropout: evaluation only.
         """
         attended = self.attention.attend_absorbed(
             self.norm_queries(queries), unit_context, self.norm_context.weight, context_mask
