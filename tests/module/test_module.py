@@ -289,7 +289,7 @@ def test_precision_setting() -> None:
     module = SCTrilemmaModule(50, n_hidden=8, n_heads=2, n_latent_tokens=2, crop_size=16)
     assert module.precision == "auto"
     assert not module.uses_bf16(torch.device("cpu"))
-    assert module.uses_bf16(torch.device("cuda"))
+    assert module.uses_bf16(torch.device("cuda")) == torch.cuda.is_bf16_supported()
     module.precision = "bf16"
     assert module.uses_bf16(torch.device("cpu"))
     with pytest.raises(ValueError, match="`precision` must be one of"):

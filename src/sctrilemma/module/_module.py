@@ -125,8 +125,8 @@ class SCTrilemmaModule(BaseModuleClass):
     def precision(self) -> Precision:
         """Arithmetic of evaluation: ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
 
-        ``"auto"`` is bf16 on CUDA and fp32 on CPU. bf16 is exact to about three significant digits:
-        ``benchmarks/vs_reference.py`` reports each cell's embedding cosine to the fp32 one.
+        ``"auto"`` is bf16 on CUDA devices that support it and fp32 on CPU. bf16 keeps about three
+        significant digits; ``benchmarks/vs_reference.py`` reports each cell's embedding cosine to fp32.
         """
         return self._precision
 
@@ -139,7 +139,7 @@ class SCTrilemmaModule(BaseModuleClass):
     def uses_bf16(self, device: torch.device) -> bool:
         """Whether evaluation on ``device`` runs under bf16 autocast."""
         if self.precision == "auto":
-            return device.type == "cuda"
+            return device.type == "cuda" and torch.cuda.is_bf16_supported()
         return self.precision == "bf16"
 
     def _eval_autocast(self, device: torch.device) -> torch.autocast:
