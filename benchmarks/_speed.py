@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import json
-import os
 import re
 import statistics
 import time
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from sctrilemma._allocator import retain_freed_memory
 from sctrilemma.benchmark import UpstreamStyleVAE
 from sctrilemma.io._upstream import upstream_to_module_state
 from sctrilemma.model._presets import PRESETS
@@ -26,6 +29,8 @@ if not SHARED_DATA.exists():
     SHARED_DATA = Path("/work/shared/data")
 REAL_DATASETS = {"cellbench": "cellbench_lung_celllines.h5ad", "kang": "kang2018_pbmc_ctrl.h5ad"}
 N_SYNTHETIC_GENES = 27952  # the CellBench vocabulary size
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+retain_freed_memory()  # as the model API does before embedding, for both implementations
 
 
 def paired_models(preset: str, n_input: int, seed: int = 0) -> tuple[SCTrilemmaModule, UpstreamStyleVAE]:
@@ -104,29 +109,19 @@ def _status_kib(field: str) -> int:
 
 
 def peak_memory_mb(fn: Callable[[], object]) -> float:
-    """Peak resident memory (MB) that ``fn`` adds, measured in a forked child so earlier runs do not count.
+    """Peak resident memory (MB) that one call of ``fn`` adds.
 
-    The child resets the kernel's high-water mark (``/proc/self/clear_refs``) and reports it after one call.
+    Freed heap memory is first returned to the OS (``malloc_trim``), so memory kept from earlier runs
+    cannot hide new allocations; then the kernel's high-water mark is reset (``/proc/self/clear_refs``)
+    and read back after the call.
     """
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        os.close(read_end)
-        try:
-            with open("/proc/self/clear_refs", "w") as refs:
-                refs.write("5")
-            baseline = _status_kib("VmRSS")
-            fn()
-            os.write(write_end, str((_status_kib("VmHWM") - baseline) / 1024).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        value = pipe.read()
-    os.waitpid(pid, 0)
-    if not value:
-        raise RuntimeError("The memory-measuring child process failed.")
-    return float(value)
+    gc.collect()
+    _LIBC.malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    baseline = _status_kib("VmRSS")
+    fn()
+    return (_status_kib("VmHWM") - baseline) / 1024
 
 
 def write_json(path: str | None, payload: dict) -> None:
