@@ -57,7 +57,7 @@ def main() -> None:
     batch_size, repeats = 32, 1 if args.quick else 2
     module, _ = paired_models(preset, N_SYNTHETIC_GENES)
     module.precision = "fp32"
-    unit = 64 if args.quick else 16
+    unit = 64 if args.quick else 8
 
     cells = [measure(module, synthetic_counts(n, N_SYNTHETIC_GENES, 2000), batch_size, repeats, axis="cells")
              for n in (unit, 4 * unit, 16 * unit)]  # fmt: skip
