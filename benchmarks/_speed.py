@@ -94,13 +94,20 @@ def encoder_flops(x: torch.Tensor, module: SCTrilemmaModule) -> float:
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``fn`` over ``repeats`` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return paired_median_seconds({"fn": fn}, repeats)["fn"]
+
+
+def paired_median_seconds(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall time of each function, run in turn in every round so load changes hit all alike."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _status_kib(field: str) -> int:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from _speed import (
     N_SYNTHETIC_GENES,
-    median_seconds,
+    paired_median_seconds,
     paired_models,
     peak_memory_mb,
     print_table,
@@ -154,17 +154,17 @@ def compare(name: str, x: torch.Tensor, preset: str, args, fast_available: bool)
         F.cosine_similarity(torch.softmax(rec_fast, -1), torch.softmax(rec_fp32, -1), dim=1).min()
     )
 
-    # Speed, side by side.
+    # Speed, side by side: every round runs the reference and both of our paths in turn.
     r = args.repeats
-    t_ref = median_seconds(embed_ref, r)
-    t_fp32 = median_seconds(lambda: embed_ours("fp32"), r)
-    t_fast = median_seconds(lambda: embed_ours(fast), r)
-    row.update(embed_ref_cells_per_s=x.shape[0] / t_ref, embed_cells_per_s_fp32=x.shape[0] / t_fp32)
-    row.update(embed_speedup_fp32=t_ref / t_fp32, embed_speedup_fast=t_ref / t_fast)
-    t_rec_ref = median_seconds(reconstruct_ref, r)
-    t_rec_fp32 = median_seconds(lambda: reconstruct_ours("fp32"), r)
-    t_rec_fast = median_seconds(lambda: reconstruct_ours(fast), r)
-    row.update(reconstruct_speedup_fp32=t_rec_ref / t_rec_fp32, reconstruct_speedup=t_rec_ref / t_rec_fast)
+    t = paired_median_seconds(
+        {"ref": embed_ref, "fp32": lambda: embed_ours("fp32"), "fast": lambda: embed_ours(fast)}, r
+    )
+    row.update(embed_ref_cells_per_s=x.shape[0] / t["ref"], embed_cells_per_s_fp32=x.shape[0] / t["fp32"])
+    row.update(embed_speedup_fp32=t["ref"] / t["fp32"], embed_speedup_fast=t["ref"] / t["fast"])
+    t = paired_median_seconds(
+        {"ref": reconstruct_ref, "fp32": lambda: reconstruct_ours("fp32"), "fast": lambda: reconstruct_ours(fast)}, r
+    )
+    row.update(reconstruct_speedup_fp32=t["ref"] / t["fp32"], reconstruct_speedup=t["ref"] / t["fast"])
 
     # Training step on one training crop, same crop for both; equality checked without dropout.
     x_train = x[: args.train_cells]
@@ -173,18 +173,19 @@ def compare(name: str, x: torch.Tensor, preset: str, args, fast_available: bool)
     loss_ref = reference_train_loss(without_dropout(ref).train(), x_train, crop.genes, crop.counts)
     torch.manual_seed(1)
     loss_ours = module_train_loss(without_dropout(module).train(), x_train, crop.genes, crop.counts)
-    row["train_loss_rel_diff"] = float(((loss_ours - loss_ref) / loss_ref).abs())
+    row["train_loss_rel_diff"] = float(((loss_ours - loss_ref) / loss_ref).abs().detach())
     ref_train, module_train = copy.deepcopy(ref).train(), copy.deepcopy(module).train()
     opt_ref = torch.optim.Adam(ref_train.parameters(), lr=1e-4)
     opt_ours = torch.optim.Adam(module_train.parameters(), lr=1e-4)
-    t_train_ref = median_seconds(lambda: train_step(reference_train_loss, ref_train, opt_ref, x_train, crop, False), r)
-    t_train_fp32 = median_seconds(
-        lambda: train_step(module_train_loss, module_train, opt_ours, x_train, crop, False), r
+    t = paired_median_seconds(
+        {
+            "ref": lambda: train_step(reference_train_loss, ref_train, opt_ref, x_train, crop, False),
+            "fp32": lambda: train_step(module_train_loss, module_train, opt_ours, x_train, crop, False),
+            "fast": lambda: train_step(module_train_loss, module_train, opt_ours, x_train, crop, fast == "bf16"),
+        },
+        r,
     )
-    t_train_fast = median_seconds(
-        lambda: train_step(module_train_loss, module_train, opt_ours, x_train, crop, fast == "bf16"), r
-    )
-    row.update(train_step_speedup_fp32=t_train_ref / t_train_fp32, train_step_speedup=t_train_ref / t_train_fast)
+    row.update(train_step_speedup_fp32=t["ref"] / t["fp32"], train_step_speedup=t["ref"] / t["fast"])
 
     # Peak memory of one batch of each task, each in a fresh child process.
     first = batches[:1]
