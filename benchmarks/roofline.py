@@ -90,7 +90,11 @@ def main() -> None:
             )
             print_table(rows[-1:], list(rows[-1]))
     print_table(rows, list(rows[0]))
-    write_json(args.json, {"threads": torch.get_num_threads(), **gemm, "presets": rows})
+    by_preset: dict[str, dict] = {}
+    for row in rows:  # fp32 figures at the top level of each preset, bf16 under "bf16"
+        entry = by_preset.setdefault(row["preset"], {})
+        (entry if row["precision"] == "fp32" else entry.setdefault(row["precision"], {})).update(row)
+    write_json(args.json, {"threads": torch.get_num_threads(), **gemm, **by_preset, "rows": rows})
 
 
 if __name__ == "__main__":
