@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sctrilemma.module import SCTrilemmaModule, training_crop
+from sctrilemma.module import SCTrilemmaModule, expressed_crop, training_crop
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -223,3 +223,87 @@ def test_missing_codes_raise(small_adata: ad.AnnData, tiny: dict) -> None:
     module.set_group_codes(torch.tensor([STRIDE + 0, STRIDE + 1]), _codes(2, tiny["n_prior_codes"], 0), STRIDE)
     with pytest.raises(RuntimeError, match="without a pseudo-bulk code"), torch.no_grad():
         module.forward(tensors)
+
+
+def _plain_encode(module: SCTrilemmaModule, crop, library: torch.Tensor) -> torch.Tensor:
+    """The plain path (per-block context norm and projection, one padded batch) in evaluation."""
+    latents = module._encode_plain(crop, library)
+    batch, n_tokens, width = latents.shape
+    latents = module.posterior_norm(latents.reshape(batch * n_tokens, width)).view(batch, n_tokens, width)
+    return module.to_mean(latents)
+
+
+@pytest.mark.parametrize("budget", [64, 16384])
+@pytest.mark.parametrize("n_heads", [4, 32])  # absorbed attention (H K < d + K) and the projected fallback
+def test_eval_encoder_matches_plain_path(
+    small_adata: ad.AnnData, tiny: dict, budget: int, n_heads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grouping cells by length, bounded token groups and absorbed attention compute the same function."""
+    monkeypatch.setattr("sctrilemma.module._module.EVAL_TOKEN_BUDGET", budget)
+    torch.manual_seed(0)
+    module = SCTrilemmaModule(small_adata.n_vars, **{**tiny, "n_heads": n_heads, "n_encoder_layers": 2}, prior="normal")
+    with torch.no_grad():
+        for name, tensor in module.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                tensor.add_(0.3 * torch.randn_like(tensor))
+    module.eval()
+    module.precision = "fp32"
+    x = _tensors(small_adata)["X"][:48]
+    crop = expressed_crop(x, 1024)
+    library = x.sum(1, keepdim=True)
+    n_real = crop.mask.sum(1)
+    assert n_real.min() < n_real.max()  # cells of different lengths share the padded batch
+    with torch.no_grad():
+        fast = module.encode(crop, library)[0]
+        plain = _plain_encode(module, crop, library)
+        # Every cell alone, without padding, gives the same tokens as in the padded batch.
+        single = torch.cat([_plain_encode(module, expressed_crop(x[i : i + 1], 10**6), library[i : i + 1])
+                            for i in range(3)])  # fmt: skip
+    assert plain.abs().max() > 0.1
+    assert (fast - plain).abs().max() < 1e-5
+    assert (fast[:3] - single).abs().max() < 1e-5
+
+
+def test_bf16_precision_keeps_each_embedding(small_adata: ad.AnnData, tiny: dict) -> None:
+    torch.manual_seed(0)
+    module = SCTrilemmaModule(small_adata.n_vars, **{**tiny, "n_hidden": 64}, prior="normal").eval()
+    x = _tensors(small_adata)["X"][:64]
+    genes = torch.arange(200)
+    with torch.no_grad():
+        module.precision = "fp32"
+        reference = module.inference(x)
+        logits = module.decode(reference["z_tokens"], reference["z"], genes)
+        module.precision = "bf16"
+        fast = module.inference(x)
+        fast_logits = module.decode(fast["z_tokens"], fast["z"], genes)
+    assert fast["qz"].loc.dtype == torch.float32
+    assert fast_logits.dtype == torch.float32
+    centred = reference["qz"].loc.mean(0)
+    cosine = torch.nn.functional.cosine_similarity(fast["qz"].loc - centred, reference["qz"].loc - centred, dim=1)
+    assert cosine.min() > 0.99
+    assert not torch.equal(fast["qz"].loc, reference["qz"].loc)  # bf16 really ran
+    assert (fast_logits - logits).abs().max() < 0.1
+
+
+def test_precision_setting() -> None:
+    module = SCTrilemmaModule(50, n_hidden=8, n_heads=2, n_latent_tokens=2, crop_size=16)
+    assert module.precision == "auto"
+    assert not module.uses_bf16(torch.device("cpu"))
+    assert module.uses_bf16(torch.device("cuda")) == torch.cuda.is_bf16_supported()
+    module.precision = "bf16"
+    assert module.uses_bf16(torch.device("cpu"))
+    with pytest.raises(ValueError, match="`precision` must be one of"):
+        module.precision = "fp16"
+
+
+def test_decode_in_chunks_matches_decode(small_adata: ad.AnnData, tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sctrilemma.module._module.EVAL_TOKEN_BUDGET", 100)
+    torch.manual_seed(0)
+    module = SCTrilemmaModule(small_adata.n_vars, **tiny, prior="normal").eval()
+    x = _tensors(small_adata)["X"][:8]
+    genes = torch.arange(300)
+    with torch.no_grad():
+        out = module.inference(x)
+        chunked = module.decode_in_chunks(out["z_tokens"], out["z"], genes)
+        whole = module.decode(out["z_tokens"], out["z"], genes)
+    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-5)

@@ -122,3 +122,10 @@ def test_log_normalize(counts: torch.Tensor) -> None:
     library = counts.sum(1, keepdim=True)
     expected = np.log1p(1e4 * counts.numpy() / library.numpy())
     np.testing.assert_allclose(log_normalize(counts, library).numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_expressed_crop_breaks_ties_by_gene_order() -> None:
+    x = torch.tensor([[1.0, 3.0, 1.0, 0.0, 1.0, 3.0, 1.0], [0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 5.0]])
+    crop = expressed_crop(x, 3)
+    assert crop.genes.tolist() == [[1, 5, 0], [6, 1, 0]]
+    assert crop.mask.tolist() == [[True, True, True], [True, True, False]]

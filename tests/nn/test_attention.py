@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from sctrilemma.nn import CrossAttention, CrossAttentionBlock, SwiGLU
+from sctrilemma.nn._attention import unit_rms
 
 N_HIDDEN, N_HEADS = 32, 4
 
@@ -95,3 +96,22 @@ def test_swiglu_formula_and_shape() -> None:
     out = ffn(x)
     assert out.shape == x.shape
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_absorbed_attention_matches_projected_context(masked: bool) -> None:
+    torch.manual_seed(0)
+    block = CrossAttentionBlock(32, n_heads=4, dropout_rate=0.1).eval()
+    with torch.no_grad():
+        for name, tensor in block.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                tensor.add_(0.3 * torch.randn_like(tensor))
+    queries, context = torch.randn(3, 5, 32), 2.0 * torch.randn(3, 11, 32)
+    mask = torch.arange(11) < torch.tensor([[11], [7], [1]]) if masked else None
+    with torch.no_grad():
+        expected = block(queries, context, mask)
+        absorbed = block.forward_unit_context(queries, unit_rms(context), mask)
+    torch.testing.assert_close(absorbed, expected, rtol=1e-5, atol=1e-5)
+    plain, cheaper = block.attention.context_flops(n_queries=5, n_context=11)
+    assert cheaper == 4 * 4 * 5 * 11 * 32
+    assert plain == 4 * 11 * 32 * 32 + 4 * 5 * 11 * 32

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -17,11 +18,16 @@ from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import GeneCrop, expressed_crop, log_normalize, training_crop
 from sctrilemma.nn import CrossAttentionBlock, ExpressionGate, QueryRouter, RankSyncedBatchNorm1d, TokenPooling
+from sctrilemma.nn._attention import unit_rms
 
 if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
 
 PriorKind = Literal["pseudobulk", "normal"]
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS = ("auto", "fp32", "bf16")
+# Gene tokens (cells x positions) encoded at once in evaluation: bounds activation memory per batch.
+EVAL_TOKEN_BUDGET = 16384
 
 
 class SCTrilemmaModule(BaseModuleClass):
@@ -53,6 +59,11 @@ class SCTrilemmaModule(BaseModuleClass):
         Component switches; the paper's model is ``"gate"``, ``"gate"``, ``"mean"``.
     decode_chunk_size
         Genes decoded at once when reconstructing many genes at inference.
+
+    Notes
+    -----
+    In evaluation mode the encoder runs an exact fast path (:meth:`encode`) and :attr:`precision`
+    selects the arithmetic of evaluation (embedding and reconstruction); training always runs in fp32.
     """
 
     def __init__(
@@ -107,20 +118,100 @@ class SCTrilemmaModule(BaseModuleClass):
         self.register_buffer("group_keys", torch.zeros(0, dtype=torch.long), persistent=False)
         self.register_buffer("group_codes", torch.zeros(0, n_prior_codes), persistent=False)
         self.group_key_stride = 1
+        self.precision: Precision = "auto"
+
+    # ------------------------------------------------------------------ precision
+    @property
+    def precision(self) -> Precision:
+        """Arithmetic of evaluation: ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
+
+        ``"auto"`` is bf16 on CUDA devices that support it and fp32 on CPU. bf16 keeps about three
+        significant digits; ``benchmarks/vs_reference.py`` reports each cell's embedding cosine to fp32.
+        """
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: Precision) -> None:
+        if value not in PRECISIONS:
+            raise ValueError(f"`precision` must be one of {PRECISIONS}, got {value!r}.")
+        self._precision = value
+
+    def uses_bf16(self, device: torch.device) -> bool:
+        """Whether evaluation on ``device`` runs under bf16 autocast."""
+        if self.precision == "auto":
+            return device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return self.precision == "bf16"
+
+    def _eval_autocast(self, device: torch.device) -> torch.autocast:
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.uses_bf16(device))
 
     # ------------------------------------------------------------------ encoder
     def encode(self, crop: GeneCrop, library: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mean and clamped log-variance of the ``K`` latent tokens, each ``(batch, K, n_hidden)``.
 
-        ``library`` ``(batch, 1)`` is the whole-cell raw total used for ``log1p(CP10K)``.
+        ``library`` ``(batch, 1)`` is the whole-cell raw total used for ``log1p(CP10K)``. In training
+        the plain path runs. In evaluation the same function is computed faster: cells are grouped by
+        number of real tokens, so each group is padded only to its own longest cell, and encoded
+        ``EVAL_TOKEN_BUDGET`` tokens at a time; the context is normalised once for all blocks, and
+        each block attends without projecting it when that is cheaper
+        (:meth:`~sctrilemma.nn.CrossAttention.attend_absorbed`).
         """
+        if self.training:
+            latents = self._encode_plain(crop, library)
+        else:
+            latents = self._encode_grouped(crop, library)
+        batch, n_tokens, width = latents.shape
+        latents = self.posterior_norm(latents.reshape(batch * n_tokens, width)).view(batch, n_tokens, width)
+        return self.to_mean(latents), self.to_logvar(latents).clamp(LOGVAR_MIN, LOGVAR_MAX)
+
+    def _encode_plain(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
         tokens = self.expression_gate(self.gene_embedding(crop.genes), log_normalize(crop.counts, library))
         latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
         for block in self.encoder:
             latents = block(latents, tokens, crop.mask)
-        batch, n_tokens, width = latents.shape
-        latents = self.posterior_norm(latents.reshape(batch * n_tokens, width)).view(batch, n_tokens, width)
-        return self.to_mean(latents), self.to_logvar(latents).clamp(LOGVAR_MIN, LOGVAR_MAX)
+        return latents
+
+    def _encode_grouped(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
+        batch, width = crop.genes.shape
+        if crop.mask is None:
+            n_real = torch.full((batch,), width, device=crop.genes.device)
+        else:
+            n_real = crop.mask.sum(1)
+            # Groups are cut to their longest cell, which needs the real positions first in each row.
+            if not torch.equal(crop.mask, torch.arange(width, device=n_real.device) < n_real[:, None]):
+                n_real = torch.full_like(n_real, width)
+        order = torch.argsort(n_real, stable=True)
+        sorted_lengths = n_real[order].tolist()
+        latents = torch.empty(batch, self.n_latent_tokens, self.n_hidden, device=crop.genes.device)
+        start = 0
+        while start < batch:
+            stop = start + 1
+            while stop < batch and (stop + 1 - start) * sorted_lengths[stop] <= EVAL_TOKEN_BUDGET:
+                stop += 1
+            cells, length = order[start:stop], max(1, sorted_lengths[stop - 1])
+            group = GeneCrop(
+                crop.genes[cells, :length],
+                crop.counts[cells, :length],
+                None if crop.mask is None or bool(crop.mask[cells, :length].all()) else crop.mask[cells, :length],
+            )
+            latents[cells] = self._encode_unit_context(group, library[cells]).float()
+            start = stop
+        return latents
+
+    def _encode_unit_context(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
+        tokens = self.expression_gate(self.gene_embedding(crop.genes), log_normalize(crop.counts, library))
+        with self._eval_autocast(tokens.device):
+            unit_context = unit_rms(tokens, self.encoder[0].norm_context.eps)
+            if torch.is_autocast_enabled(tokens.device.type):
+                unit_context = unit_context.to(torch.get_autocast_dtype(tokens.device.type))
+            latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
+            for block in self.encoder:
+                plain_flops, absorbed_flops = block.attention.context_flops(self.n_latent_tokens, tokens.shape[1])
+                if absorbed_flops < plain_flops and block.norm_context.eps == self.encoder[0].norm_context.eps:
+                    latents = block.forward_unit_context(latents, unit_context, crop.mask)
+                else:
+                    latents = block(latents, tokens, crop.mask)
+        return latents
 
     def _get_inference_input(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {"x": tensors[REGISTRY_KEYS.X_KEY]}
@@ -174,23 +265,25 @@ class SCTrilemmaModule(BaseModuleClass):
 
         ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell).
         """
-        queries = self.query_router(self.gene_embedding(genes), self.query_router.modulation(pooled_sample))
-        if queries.dim() == 2:
-            queries = queries.expand(z_tokens.shape[0], -1, -1)
-        for block in self.decoder:
-            queries = block(queries, z_tokens)
-        return self.count_head(queries)
+        with nullcontext() if self.training else self._eval_autocast(z_tokens.device):
+            queries = self.query_router(self.gene_embedding(genes), self.query_router.modulation(pooled_sample))
+            if queries.dim() == 2:
+                queries = queries.expand(z_tokens.shape[0], -1, -1)
+            for block in self.decoder:
+                queries = block(queries, z_tokens)
+        return self.count_head(queries.to(self.count_head.weight.dtype))
 
     def decode_in_chunks(
         self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor
     ) -> torch.Tensor:
         """:meth:`decode` for many shared ``genes`` ``(n,)``, ``decode_chunk_size`` genes at a time.
 
-        Genes do not attend to each other, so chunking over genes gives the same logits.
+        Genes do not attend to each other, so chunking over genes gives the same logits. Chunks
+        hold at most ``decode_chunk_size`` genes and, for large batches, about ``EVAL_TOKEN_BUDGET``
+        cell-gene queries, which bounds activation memory.
         """
-        return torch.cat(
-            [self.decode(z_tokens, pooled_sample, chunk) for chunk in genes.split(self.decode_chunk_size)], dim=1
-        )
+        chunk_size = max(1, min(self.decode_chunk_size, EVAL_TOKEN_BUDGET // max(1, z_tokens.shape[0])))
+        return torch.cat([self.decode(z_tokens, pooled_sample, chunk) for chunk in genes.split(chunk_size)], dim=1)
 
     def _get_generative_input(self, tensors: dict[str, torch.Tensor], inference_outputs: dict) -> dict:
         crop = inference_outputs[KEYS.CROP_KEY]

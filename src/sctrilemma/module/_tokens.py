@@ -50,11 +50,17 @@ def training_crop(x: torch.Tensor, crop_size: int, generator: torch.Generator | 
 def expressed_crop(x: torch.Tensor, crop_size: int) -> GeneCrop:
     """The embedding crop: each cell's top-``crop_size`` expressed genes, no zero genes.
 
-    Cells with fewer expressed genes than the longest cell in the batch are padded and masked.
+    Genes are in decreasing order of counts, ties in gene order, so the crop of a cell with more
+    expressed genes than ``crop_size`` does not depend on the sorting algorithm. Cells with fewer
+    expressed genes than the longest cell in the batch are padded (real positions first) and masked.
     """
     n_expressed = int((x > 0).sum(dim=1).max())
     n = max(1, min(crop_size, n_expressed))
-    counts, genes = x.topk(n, dim=1, sorted=True)
+    if n_expressed > n:
+        counts, genes = x.sort(dim=1, descending=True, stable=True)
+        counts, genes = counts[:, :n], genes[:, :n]
+    else:
+        counts, genes = x.topk(n, dim=1, sorted=True)
     return GeneCrop(genes, counts, counts > 0)
 
 

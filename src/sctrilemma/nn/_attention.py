@@ -30,10 +30,17 @@ class SwiGLU(nn.Module):
         return self.dropout(self.proj_out(self.dropout(F.silu(gate) * value)))
 
 
+def unit_rms(x: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+    """``x / sqrt(mean(x**2) + eps)`` over the last axis: :class:`~torch.nn.RMSNorm` without its weight."""
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+
+
 class CrossAttention(nn.Module):
     """Multi-head attention of ``queries`` over ``context`` (no self-attention among queries).
 
-    The key and value projections are fused into one matrix multiplication.
+    The key and value projections are fused into one matrix multiplication. :meth:`attend_absorbed`
+    computes the same attention without projecting the context at all (see there).
     """
 
     def __init__(self, n_hidden: int, *, n_heads: int, dropout_rate: float = 0.0) -> None:
@@ -78,6 +85,59 @@ class CrossAttention(nn.Module):
         b, _, n, _ = out.shape
         return self.to_out(out.transpose(1, 2).reshape(b, n, -1))
 
+    def context_flops(self, n_queries: int, n_context: int) -> tuple[int, int]:
+        """FLOPs per cell that grow with the context, of (:meth:`forward`, :meth:`attend_absorbed`)."""
+        width = self.to_q.in_features
+        plain = 4 * n_context * width * width + 4 * n_queries * n_context * width
+        absorbed = 4 * self.n_heads * n_queries * n_context * width
+        return plain, absorbed
+
+    def attend_absorbed(
+        self,
+        queries: torch.Tensor,
+        unit_context: torch.Tensor,
+        context_weight: torch.Tensor,
+        context_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward` on ``context = unit_context * context_weight`` without projecting the context.
+
+        Keys and values are linear in the context, so each head's query is mapped back through the key
+        projection, ``q_h W_k,h``, and scored against the context directly; the key bias adds the same
+        score to every context token and cancels in the softmax. Values are applied after the
+        attention weights, ``(P_h c) W_v,h^T + b_v,h`` (the weights sum to one). Per cell this costs
+        ``4 H K n d`` instead of ``4 n d^2 + 4 K n d`` FLOPs, fewer whenever ``H K < d + K``
+        (the paper's 512 < 576), and never materialises the ``(n, 2d)`` keys and values. Attention
+        dropout is not supported: use it in evaluation.
+
+        Parameters
+        ----------
+        queries
+            Normalised query tokens ``(batch, K, d)``.
+        unit_context
+            Context tokens divided by their RMS, ``(batch, n, d)``, shared by all blocks.
+        context_weight
+            The context RMSNorm's weight ``(d,)``.
+        context_mask
+            Boolean ``(batch, n)``, ``True`` for tokens that may be attended to.
+        """
+        batch, n_queries, width = queries.shape
+        heads = self.n_heads
+        head_width = width // heads
+        key_weight, value_weight = self.to_kv.weight.split(width)
+        value_bias = self.to_kv.bias[width:]
+        q = self.to_q(queries).view(batch, n_queries, heads, head_width).transpose(1, 2)
+        key_weight = key_weight.view(heads, head_width, width) * (context_weight * head_width**-0.5)
+        absorbed = torch.matmul(q, key_weight).reshape(batch, heads * n_queries, width)
+        scores = torch.bmm(absorbed.to(unit_context.dtype), unit_context.transpose(1, 2))
+        if context_mask is not None:
+            scores = scores.masked_fill(~context_mask[:, None, :], float("-inf"))
+        weights = torch.softmax(scores, dim=-1).to(unit_context.dtype)
+        pooled = torch.bmm(weights, unit_context).view(batch, heads, n_queries, width)
+        value_weight = (value_weight * context_weight).view(heads, head_width, width)
+        out = torch.matmul(pooled.to(value_weight.dtype), value_weight.transpose(1, 2))
+        out = out + value_bias.view(heads, 1, head_width)
+        return self.to_out(out.transpose(1, 2).reshape(batch, n_queries, width))
+
 
 class CrossAttentionBlock(nn.Module):
     """Pre-norm cross-attention then SwiGLU feed-forward, both residual.
@@ -100,4 +160,17 @@ class CrossAttentionBlock(nn.Module):
     ) -> torch.Tensor:
         """Update ``queries`` ``(batch, n_queries, n_hidden)`` from ``context`` ``(batch, n_context, n_hidden)``."""
         queries = queries + self.attention(self.norm_queries(queries), self.norm_context(context), context_mask)
+        return queries + self.ffn(self.norm_ffn(queries))
+
+    def forward_unit_context(
+        self, queries: torch.Tensor, unit_context: torch.Tensor, context_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """:meth:`forward` with the context given as :func:`unit_rms` ``(context)``.
+
+        Runs :meth:`CrossAttention.attend_absorbed`, so no attention dropout: evaluation only.
+        """
+        attended = self.attention.attend_absorbed(
+            self.norm_queries(queries), unit_context, self.norm_context.weight, context_mask
+        )
+        queries = queries + attended
         return queries + self.ffn(self.norm_ffn(queries))
