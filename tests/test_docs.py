@@ -58,4 +58,5 @@ def test_toctree_documents_exist() -> None:
     toctree = re.search(r"```\{toctree\}\n(.*?)```", index, flags=re.S).group(1)
     pages = [line.strip() for line in toctree.splitlines() if line.strip() and not line.startswith(":")]
     missing = [page for page in pages if not (DOCS / f"{page}.md").exists()]
-    assert pages and not missing
+    assert pages
+    assert not missing, f"index.md's toctree names missing pages: {missing}"
