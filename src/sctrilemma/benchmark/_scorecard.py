@@ -75,7 +75,8 @@ class Scorecard:
     :meth:`get_results` or draw :meth:`plot_results`. Embedding metrics are averaged over seeded
     label-stratified samples (at most ``max_cells`` cells, ``max_per_label`` per label) and reported
     with their standard deviation; fidelity metrics are computed once on the first sample. A metric
-    that cannot be computed is reported in :attr:`skipped` with the reason, never dropped silently.
+    that cannot be computed is reported with the reason in the ``skipped`` list (:class:`Skipped`
+    records), never dropped silently.
 
     Parameters
     ----------

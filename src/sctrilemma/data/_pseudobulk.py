@@ -148,5 +148,5 @@ class PseudobulkCodebook:
 
     @classmethod
     def from_dict(cls, state: dict) -> PseudobulkCodebook:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`~sctrilemma.data.PseudobulkCodebook.to_dict`."""
         return cls(np.asarray(state["centroids"]), float(state["sigma"]), float(state["temperature"]))

@@ -118,7 +118,7 @@ class ReferenceMixin:
         accelerator: str = "auto",
         device: int | str = "auto",
     ):
-        """Load a reference written by :meth:`save`.
+        """Load a reference written by :meth:`~sctrilemma.SCTrilemma.save`.
 
         Parameters
         ----------

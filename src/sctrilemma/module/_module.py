@@ -276,7 +276,7 @@ class SCTrilemmaModule(BaseModuleClass):
     def decode_in_chunks(
         self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor
     ) -> torch.Tensor:
-        """:meth:`decode` for many shared ``genes`` ``(n,)``, ``decode_chunk_size`` genes at a time.
+        """Decode shared ``genes`` ``(n,)`` ``decode_chunk_size`` at a time, as in :meth:`~SCTrilemmaModule.decode`.
 
         Genes do not attend to each other, so chunking over genes gives the same logits. Chunks
         hold at most ``decode_chunk_size`` genes and, for large batches, about ``EVAL_TOKEN_BUDGET``

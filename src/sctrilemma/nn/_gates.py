@@ -89,7 +89,7 @@ class QueryRouter(nn.Module):
         return torch.sigmoid(h) if self.decoder_query == "gate" else h
 
     def forward(self, gene_embedding: torch.Tensor, modulation: torch.Tensor | None) -> torch.Tensor:
-        """Queries ``(..., n_genes, n_hidden)`` from gene embeddings and :meth:`modulation`."""
+        """Queries ``(..., n_genes, n_hidden)`` from gene embeddings and :meth:`~QueryRouter.modulation`."""
         if modulation is None:
             return gene_embedding
         if self.decoder_query == "gate":
