@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from sctrilemma._allocator import retain_freed_memory
 from sctrilemma.benchmark import UpstreamStyleVAE
 from sctrilemma.io._upstream import upstream_to_module_state
 from sctrilemma.model._presets import PRESETS
@@ -30,7 +29,6 @@ if not SHARED_DATA.exists():
 REAL_DATASETS = {"cellbench": "cellbench_lung_celllines.h5ad", "kang": "kang2018_pbmc_ctrl.h5ad"}
 N_SYNTHETIC_GENES = 27952  # the CellBench vocabulary size
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-retain_freed_memory()  # as the model API does before embedding, for both implementations
 
 
 def paired_models(preset: str, n_input: int, seed: int = 0) -> tuple[SCTrilemmaModule, UpstreamStyleVAE]:

@@ -9,7 +9,6 @@ import pandas as pd
 import torch
 from scvi import REGISTRY_KEYS
 
-from sctrilemma._allocator import retain_freed_memory
 from sctrilemma._constants import SCT_MODULE_KEYS
 from sctrilemma.model._utils import gene_names
 
@@ -89,7 +88,6 @@ class ExpressionMixin:
         query's own measurement of the gene, and should not be used as observations in differential
         expression tests.
         """
-        retain_freed_memory()
         adata = self._validate_anndata(adata)
         self._check_cells_have_counts(adata, indices)
         genes = gene_names(adata, self.registry_)
@@ -146,7 +144,6 @@ class ExpressionMixin:
         Their mean over tokens is :meth:`get_latent_representation`; :meth:`decode_latent_tokens` maps
         (possibly edited) tokens back to expression.
         """
-        retain_freed_memory()
         adata = self._validate_anndata(adata)
         self._check_cells_have_counts(adata, indices)
         self.module.eval()

@@ -435,7 +435,6 @@ class SCTrilemma(
         ValueError
             If a requested cell has no counts.
         """
-        retain_freed_memory()
         if dataloader is None:
             adata = self._validate_anndata(adata)
             self._check_cells_have_counts(adata, indices)
