@@ -74,6 +74,7 @@ _external_docs = {
     "pandas": "https://pandas.pydata.org/docs/",
     "scipy": "https://docs.scipy.org/doc/scipy/",
     "scib_metrics": "https://scib-metrics.readthedocs.io/en/stable/",
+    "tiledbsoma": "https://tiledbsoma.readthedocs.io/en/stable/",
     "matplotlib": "https://matplotlib.org/stable/",
     "torch": "https://docs.pytorch.org/docs/stable/",
     "lightning": "https://lightning.ai/docs/pytorch/stable/",
@@ -89,6 +90,8 @@ _public_names = {
     "torch.nn.modules.module.Module": "torch.nn.Module",
     "pandas.core.frame.DataFrame": "pandas.DataFrame",
     "scib_metrics.nearest_neighbors._dataclass.NeighborsResults": "scib_metrics.nearest_neighbors.NeighborsResults",
+    "tiledbsoma._experiment.Experiment": "tiledbsoma.Experiment",
+    "tiledbsoma_ml.dataset.ExperimentDataset": "tiledbsoma_ml.ExperimentDataset",
 }
 
 
@@ -114,6 +117,11 @@ nitpicky = True
 nitpick_ignore = [
     # The return type of sctrilemma.io.read_reference: a private named tuple described in that docstring.
     ("py:class", "sctrilemma.io._reference.Reference"),
+    # Private return types of the SOMA data module and the streamed pseudo-bulk pass, described in their docstrings.
+    ("py:class", "sctrilemma.data._soma_datamodule.SomaBatches"),
+    ("py:class", "sctrilemma.data._census.PseudobulkTable"),
+    # tiledbsoma-ml publishes no Sphinx inventory.
+    ("py:class", "tiledbsoma_ml.ExperimentDataset"),
 ]
 if not ONLINE:
     # Offline there are no inventories: references into the intersphinx packages (and the standard library

@@ -276,7 +276,7 @@ class SomaDataModule(LightningDataModule):
     def batches(
         self, *, shuffle: bool, batch_size: int, min_expressed_genes: int = 0, io_batch_size: int | None = None
     ) -> SomaBatches:
-        """Tensor mini-batches over all selected cells (one process; DDP sharding is set in :meth:`setup`)."""
+        """Tensor mini-batches over all selected cells (one process; DDP sharding is set in ``setup``)."""
         dataset = self.experiment_dataset(shuffle=shuffle, batch_size=batch_size, io_batch_size=io_batch_size)
         _set_partition(dataset, rank=0, world_size=1)
         return SomaBatches(

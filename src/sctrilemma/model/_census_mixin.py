@@ -31,7 +31,7 @@ class _NewShufflePerEpoch(Callback):
 
 
 class CensusMixin:
-    """:meth:`from_census` / :meth:`from_datamodule` and SOMA embedding for :class:`~sctrilemma.SCTrilemma`."""
+    """:meth:`~sctrilemma.SCTrilemma.from_census` / :meth:`~sctrilemma.SCTrilemma.from_datamodule` and SOMA embedding for :class:`~sctrilemma.SCTrilemma`."""
 
     @classmethod
     def from_census(
@@ -101,7 +101,7 @@ class CensusMixin:
 
     @classmethod
     def from_datamodule(cls, datamodule: SomaDataModule, **model_kwargs):
-        """An untrained model bound to a :class:`~sctrilemma.data.SomaDataModule` (see :meth:`from_census`)."""
+        """An untrained model bound to a :class:`~sctrilemma.data.SomaDataModule` (see :meth:`~sctrilemma.SCTrilemma.from_census`)."""
         model = cls(None, registry=datamodule.registry, **model_kwargs)
         model.gene_names_ = np.asarray(datamodule.gene_ids, dtype=object)
         model.gene_symbols_ = np.asarray(datamodule.gene_symbols, dtype=object)
@@ -172,7 +172,7 @@ class CensusMixin:
         Parameters
         ----------
         source
-            Census/experiment (as in :meth:`from_census`); the training source when ``None``.
+            Census/experiment (as in :meth:`~sctrilemma.SCTrilemma.from_census`); the training source when ``None``.
         organism, obs_value_filter
             Which cells.
         batch_size

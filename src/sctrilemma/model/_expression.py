@@ -25,7 +25,7 @@ class ExpressionMixin:
 
     @property
     def precision(self) -> str:
-        """Arithmetic of embedding and reconstruction (not of training): ``"auto"``, ``"fp32"`` or ``"bf16"``.
+        """Arithmetic of embedding and reconstruction (not of training), one of ``"auto"``, ``"fp32"`` or ``"bf16"``.
 
         ``"auto"`` (the default) is bf16 autocast on CUDA and fp32 on CPU; ``"bf16"`` also uses bf16 on
         CPUs, several times faster on those with AMX or AVX-512 BF16, with embeddings at cosine

@@ -345,7 +345,7 @@ class SCTrilemma(
 
         Notes
         -----
-        A model from :meth:`from_census` streams its cells instead: ``batch_size``, the split and
+        A model from :meth:`~sctrilemma.SCTrilemma.from_census` streams its cells instead: ``batch_size``, the split and
         ``min_expressed_genes`` are then the data module's, and training uses every selected cell.
         Under DDP the posterior BatchNorm normalises with statistics all-reduced over ranks.
         """

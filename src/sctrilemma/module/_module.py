@@ -123,7 +123,7 @@ class SCTrilemmaModule(BaseModuleClass):
     # ------------------------------------------------------------------ precision
     @property
     def precision(self) -> Precision:
-        """Arithmetic of evaluation: ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
+        """Arithmetic of evaluation, one of ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
 
         ``"auto"`` is bf16 on CUDA devices that support it and fp32 on CPU. bf16 keeps about three
         significant digits; ``benchmarks/vs_reference.py`` reports each cell's embedding cosine to fp32.

@@ -39,7 +39,7 @@ def unit_rms(x: torch.Tensor, eps: float | None = None) -> torch.Tensor:
 class CrossAttention(nn.Module):
     """Multi-head attention of ``queries`` over ``context`` (no self-attention among queries).
 
-    The key and value projections are fused into one matrix multiplication. :meth:`attend_absorbed`
+    The key and value projections are fused into one matrix multiplication. :meth:`~sctrilemma.nn.CrossAttention.attend_absorbed`
     computes the same attention without projecting the context at all (see there).
     """
 
@@ -86,7 +86,7 @@ class CrossAttention(nn.Module):
         return self.to_out(out.transpose(1, 2).reshape(b, n, -1))
 
     def context_flops(self, n_queries: int, n_context: int) -> tuple[int, int]:
-        """FLOPs per cell that grow with the context, of (:meth:`forward`, :meth:`attend_absorbed`)."""
+        """FLOPs per cell that grow with the context, of (``forward``, ``attend_absorbed``)."""
         width = self.to_q.in_features
         plain = 4 * n_context * width * width + 4 * n_queries * n_context * width
         absorbed = 4 * self.n_heads * n_queries * n_context * width
@@ -99,7 +99,7 @@ class CrossAttention(nn.Module):
         context_weight: torch.Tensor,
         context_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """:meth:`forward` on ``context = unit_context * context_weight`` without projecting the context.
+        """``forward`` on ``context = unit_context * context_weight`` without projecting the context.
 
         Keys and values are linear in the context, so each head's query is mapped back through the key
         projection, ``q_h W_k,h``, and scored against the context directly; the key bias adds the same
@@ -165,9 +165,9 @@ class CrossAttentionBlock(nn.Module):
     def forward_unit_context(
         self, queries: torch.Tensor, unit_context: torch.Tensor, context_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """:meth:`forward` with the context given as :func:`unit_rms` ``(context)``.
+        """``forward`` with the context given as ``unit_rms(context)``.
 
-        Runs :meth:`CrossAttention.attend_absorbed`, so no attention dropout: evaluation only.
+        Runs :meth:`~sctrilemma.nn.CrossAttention.attend_absorbed`, so no attention dropout: evaluation only.
         """
         attended = self.attention.attend_absorbed(
             self.norm_queries(queries), unit_context, self.norm_context.weight, context_mask

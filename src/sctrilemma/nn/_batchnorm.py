@@ -44,6 +44,7 @@ class RankSyncedBatchNorm1d(nn.BatchNorm1d):
     """
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """Normalise ``input`` ``(n, num_features)`` with statistics of the batch summed over all ranks."""
         if not self.training or _distributed_world() == 1:
             return super().forward(input)
         values = input.float()
