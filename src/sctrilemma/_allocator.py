@@ -3,10 +3,11 @@
 Training allocates and frees the same large activation buffers at every step. glibc serves blocks
 above its mmap threshold with fresh ``mmap`` calls and unmaps them on ``free``, so every step pays
 page faults for memory it just released. Raising the mmap and trim thresholds makes glibc keep such
-blocks for reuse: 25 small-preset steps on the example data took 40 s instead of 65 s on 2 cores.
-Only training does this. Inference leaves glibc alone: with the raised thresholds, embedding with a
-loaded reference was many times slower and the heap grew with the number of batches (buffers of
-varying sizes), which defeats out-of-core embedding. Set ``SCTRILEMMA_TUNE_MALLOC=0`` to leave the
+blocks for reuse: a small-preset step on the example data ran 2.2x faster (``benchmarks/allocator.py``).
+Only training does this. Inference leaves glibc alone: with the raised thresholds the heap kept growing
+with the number of embedded batches (buffers of varying sizes; ``benchmarks/out_of_core_memory.py``),
+which defeats embedding data larger than memory; the price is slower embedding (1.5x for the shipped
+small reference in ``benchmarks/allocator.py``). Set ``SCTRILEMMA_TUNE_MALLOC=0`` to leave the
 allocator alone in training too.
 """
 
