@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sctrilemma import SCTrilemma
+from sctrilemma.model._presets import recipe_trainer_kwargs
 from sctrilemma.train import warmup_cosine
 
 
@@ -64,3 +65,10 @@ def test_max_steps_sets_epochs(small_adata, tiny):
     assert model.trainer.global_step == 7
     assert model.trainer.max_epochs == math.ceil(7 / math.ceil(n_train / 100))
     assert np.isfinite(model.history["train_loss"].to_numpy(dtype=float)).all()
+
+
+def test_recipe_trainer_kwargs_fill_only_what_the_user_left_unset():
+    assert recipe_trainer_kwargs({}, uses_cuda=False) == {"gradient_clip_val": 1.0}
+    assert recipe_trainer_kwargs({"gradient_clip_val": 0.5}, uses_cuda=False) == {"gradient_clip_val": 0.5}
+    # CPU training is never switched to bf16, whatever the CPU supports.
+    assert "precision" not in recipe_trainer_kwargs({"logger": False}, uses_cuda=False)

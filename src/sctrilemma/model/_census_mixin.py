@@ -12,6 +12,7 @@ from scvi.model.base import UnsupervisedTrainingMixin
 
 from sctrilemma._allocator import retain_freed_memory
 from sctrilemma.data._census import CENSUS_OBS_FILTER, group_codes
+from sctrilemma.model._presets import recipe_trainer_kwargs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -143,9 +144,7 @@ class CensusMixin:
             from scvi.model import get_max_epochs_heuristic
 
             max_epochs = get_max_epochs_heuristic(datamodule.n_obs, epochs_cap=STREAMED_EPOCHS_CAP)
-        trainer_kwargs.setdefault("gradient_clip_val", 1.0)
-        if uses_cuda and torch.cuda.is_bf16_supported():
-            trainer_kwargs.setdefault("precision", "bf16-mixed")
+        trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, uses_cuda)
         trainer_kwargs["callbacks"] = [*trainer_kwargs.get("callbacks", []), _NewShufflePerEpoch()]
         # SCTrilemma.train's AnnData split does not apply: call the scvi-tools mixin directly.
         UnsupervisedTrainingMixin.train(

@@ -25,7 +25,7 @@ from sctrilemma._validation import (
 )
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
-from sctrilemma.model._presets import TRAINING_DEFAULTS, resolve_preset
+from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
 from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols
@@ -369,9 +369,7 @@ class SCTrilemma(
             from scvi.model import get_max_epochs_heuristic
 
             max_epochs = get_max_epochs_heuristic(self.adata.n_obs, epochs_cap=DEFAULT_EPOCHS_CAP)
-        trainer_kwargs.setdefault("gradient_clip_val", 1.0)
-        if _uses_cuda(accelerator) and torch.cuda.is_bf16_supported():
-            trainer_kwargs.setdefault("precision", "bf16-mixed")
+        trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
         super().train(
             max_epochs=max_epochs,
             accelerator=accelerator,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
+
 Preset = Literal["paper", "small"]
 
 PRESETS: dict[str, dict[str, int | float]] = {
@@ -37,6 +39,18 @@ TRAINING_DEFAULTS: dict[str, dict[str, float]] = {
     "paper": {"lr": 2e-4},
     "small": {"lr": 1e-3},
 }
+
+
+def recipe_trainer_kwargs(trainer_kwargs: dict, uses_cuda: bool) -> dict:
+    """``trainer_kwargs`` with the paper's recipe filled in where the user left it unset.
+
+    Gradients are clipped at norm 1.0; on a CUDA device with bf16 support, training runs in Lightning's
+    ``"bf16-mixed"`` precision. CPU training stays fp32.
+    """
+    recipe = {"gradient_clip_val": 1.0}
+    if uses_cuda and torch.cuda.is_bf16_supported():
+        recipe["precision"] = "bf16-mixed"
+    return {**recipe, **trainer_kwargs}
 
 
 def resolve_preset(preset: str, overrides: dict[str, int | float | None]) -> dict[str, int | float]:
