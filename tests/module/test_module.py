@@ -296,14 +296,38 @@ def test_precision_setting() -> None:
         module.precision = "fp16"
 
 
-def test_decode_in_chunks_matches_decode(small_adata: ad.AnnData, tiny: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sctrilemma.module._module.EVAL_TOKEN_BUDGET", 100)
+@pytest.mark.parametrize("budget", [50, 2048])  # several cell groups and gene chunks, and one group
+@pytest.mark.parametrize("decoder_query", ["gate", "additive", "none"])
+@pytest.mark.parametrize("n_heads", [4, 16])  # folded attention (H K < d + K) and the plain fallback
+def test_eval_decoder_matches_plain_path(
+    small_adata: ad.AnnData,
+    tiny: dict,
+    budget: int,
+    decoder_query: str,
+    n_heads: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunked evaluation with keys and values folded into the projections computes the plain decoder."""
+    monkeypatch.setattr("sctrilemma.module._module.DECODE_TOKEN_BUDGET", budget)
     torch.manual_seed(0)
-    module = SCTrilemmaModule(small_adata.n_vars, **tiny, prior="normal").eval()
+    sizes = {**tiny, "n_heads": n_heads, "n_decoder_layers": 2}
+    module = SCTrilemmaModule(small_adata.n_vars, **sizes, decoder_query=decoder_query, prior="normal")
+    with torch.no_grad():
+        for name, tensor in module.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                tensor.add_(0.3 * torch.randn_like(tensor))
+    module.eval()
+    module.precision = "fp32"
+    plain_flops, folded_flops = module.decoder[0].attention.short_context_flops(120, tiny["n_latent_tokens"])
+    assert (folded_flops < plain_flops) == (n_heads == 4)
     x = _tensors(small_adata)["X"][:8]
-    genes = torch.arange(300)
+    shared_genes = torch.arange(300)
+    per_cell_genes = torch.stack([torch.randperm(small_adata.n_vars)[:120] for _ in range(8)])
     with torch.no_grad():
         out = module.inference(x)
-        chunked = module.decode_in_chunks(out["z_tokens"], out["z"], genes)
-        whole = module.decode(out["z_tokens"], out["z"], genes)
-    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-5)
+        for genes in (shared_genes, per_cell_genes):
+            fast = module.decode(out["z_tokens"], out["z"], genes)
+            plain = module._decode_plain(out["z_tokens"], out["z"], genes)
+            assert fast.shape == (8, genes.shape[-1], 2)
+            assert plain.abs().max() > 0.1
+            torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)

@@ -118,7 +118,7 @@ class ExpressionMixin:
             z_tokens = inference[SCT_MODULE_KEYS.Z_TOKENS_KEY]
             pooled = inference["z"]
             flat_tokens = z_tokens.reshape(-1, *z_tokens.shape[-2:])
-            logits = self.module.decode_in_chunks(flat_tokens, pooled.reshape(-1, pooled.shape[-1]), decoded_t)
+            logits = self.module.decode(flat_tokens, pooled.reshape(-1, pooled.shape[-1]), decoded_t)
             proportions = torch.softmax(logits[..., 0].float(), dim=-1)[:, columns_in_decoded]
             if library_size == "observed":
                 library = x.sum(1, keepdim=True).repeat(n_samples, 1)
@@ -194,7 +194,7 @@ class ExpressionMixin:
         out = []
         for start in range(0, tokens.shape[0], batch_size):
             block = torch.as_tensor(tokens[start : start + batch_size], device=self.device)
-            logits = self.module.decode_in_chunks(block, self.module.pooling(block), genes_t)
+            logits = self.module.decode(block, self.module.pooling(block), genes_t)
             proportions = torch.softmax(logits[..., 0].float(), dim=-1).cpu().numpy()
             out.append(proportions * library[start : start + batch_size, None])
         return np.concatenate(out)

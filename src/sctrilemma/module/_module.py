@@ -17,7 +17,14 @@ from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import GeneCrop, expressed_crop, log_normalize, training_crop
-from sctrilemma.nn import CrossAttentionBlock, ExpressionGate, QueryRouter, RankSyncedBatchNorm1d, TokenPooling
+from sctrilemma.nn import (
+    CrossAttentionBlock,
+    ExpressionGate,
+    QueryRouter,
+    RankSyncedBatchNorm1d,
+    ShortContextBlock,
+    TokenPooling,
+)
 from sctrilemma.nn._attention import unit_rms
 
 if TYPE_CHECKING:
@@ -28,6 +35,9 @@ Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS = ("auto", "fp32", "bf16")
 # Gene tokens (cells x positions) encoded at once in evaluation: bounds activation memory per batch.
 EVAL_TOKEN_BUDGET = 16384
+# Gene queries (cells x genes) decoded at once in evaluation; small enough that each block's
+# activations stay in cache (benchmarks/results/speed/NOTES.md).
+DECODE_TOKEN_BUDGET = 2048
 
 
 class SCTrilemmaModule(BaseModuleClass):
@@ -57,8 +67,6 @@ class SCTrilemmaModule(BaseModuleClass):
         Width ``M`` of the pseudo-bulk code.
     gene_encoding, decoder_query, pooling
         Component switches; the paper's model is ``"gate"``, ``"gate"``, ``"mean"``.
-    decode_chunk_size
-        Genes decoded at once when reconstructing many genes at inference.
 
     Notes
     -----
@@ -83,7 +91,6 @@ class SCTrilemmaModule(BaseModuleClass):
         gene_encoding: GeneEncoding = "gate",
         decoder_query: DecoderQuery = "gate",
         pooling: Pooling = "mean",
-        decode_chunk_size: int = 2048,
     ) -> None:
         super().__init__()
         if prior not in ("pseudobulk", "normal"):
@@ -97,7 +104,6 @@ class SCTrilemmaModule(BaseModuleClass):
         self.n_hidden = n_hidden
         self.n_latent_tokens = n_latent_tokens
         self.crop_size = crop_size
-        self.decode_chunk_size = decode_chunk_size
         block_kwargs = {"n_heads": n_heads, "dropout_rate": dropout_rate, "ffn_multiplier": ffn_multiplier}
 
         self.gene_embedding = nn.Embedding(n_input, n_hidden)  # N(0, 1) init, shared by encoder and decoder
@@ -263,8 +269,15 @@ class SCTrilemmaModule(BaseModuleClass):
     def decode(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
         """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes``.
 
-        ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell).
+        ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell). In
+        evaluation the same function is computed by :meth:`_decode_eval`, ``DECODE_TOKEN_BUDGET`` queries
+        at a time, in the arithmetic of :attr:`precision`.
         """
+        if self.training:
+            return self._decode_plain(z_tokens, pooled_sample, genes)
+        return self._decode_eval(z_tokens, pooled_sample, genes)
+
+    def _decode_plain(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
         with nullcontext() if self.training else self._eval_autocast(z_tokens.device):
             queries = self.query_router(self.gene_embedding(genes), self.query_router.modulation(pooled_sample))
             if queries.dim() == 2:
@@ -273,17 +286,40 @@ class SCTrilemmaModule(BaseModuleClass):
                 queries = block(queries, z_tokens)
         return self.count_head(queries.to(self.count_head.weight.dtype))
 
-    def decode_in_chunks(
-        self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor
-    ) -> torch.Tensor:
-        """Decode shared ``genes`` ``(n,)`` ``decode_chunk_size`` at a time, as in :meth:`~SCTrilemmaModule.decode`.
+    def _decode_eval(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
+        """:meth:`decode` in evaluation: groups of cells and genes of about ``DECODE_TOKEN_BUDGET`` queries.
 
-        Genes do not attend to each other, so chunking over genes gives the same logits. Chunks
-        hold at most ``decode_chunk_size`` genes and, for large batches, about ``EVAL_TOKEN_BUDGET``
-        cell-gene queries, which bounds activation memory.
+        Genes do not attend to each other, so splitting them gives the same logits. Where it is cheaper,
+        each group's blocks run as :class:`~sctrilemma.nn.ShortContextBlock` (keys and values folded into
+        the projections); otherwise the plain blocks run.
         """
-        chunk_size = max(1, min(self.decode_chunk_size, EVAL_TOKEN_BUDGET // max(1, z_tokens.shape[0])))
-        return torch.cat([self.decode(z_tokens, pooled_sample, chunk) for chunk in genes.split(chunk_size)], dim=1)
+        batch, n_genes = z_tokens.shape[0], genes.shape[-1]
+        genes = genes.expand(batch, n_genes) if genes.dim() == 1 else genes
+        modulation = self.query_router.modulation(pooled_sample)
+        plain_flops, folded_flops = self.decoder[0].attention.short_context_flops(n_genes, z_tokens.shape[1])
+        cells_per_group = max(1, DECODE_TOKEN_BUDGET // max(1, n_genes))
+        genes_per_chunk = max(1, DECODE_TOKEN_BUDGET // cells_per_group)
+        dtype = torch.bfloat16 if self.uses_bf16(z_tokens.device) else torch.float32
+        logits = torch.empty(batch, n_genes, 2, device=z_tokens.device)
+        folded = folded_flops < plain_flops
+        blocks = [ShortContextBlock(block, dtype) for block in self.decoder] if folded else []
+        for start in range(0, batch, cells_per_group):
+            cells = slice(start, start + cells_per_group)
+            for block in blocks:
+                block.set_context(z_tokens[cells])
+            for gene_start in range(0, n_genes, genes_per_chunk):
+                chunk = slice(gene_start, gene_start + genes_per_chunk)
+                if not folded:
+                    logits[cells, chunk] = self._decode_plain(
+                        z_tokens[cells], pooled_sample[cells], genes[cells, chunk]
+                    )
+                    continue
+                gene_modulation = None if modulation is None else modulation[cells]
+                queries = self.query_router(self.gene_embedding(genes[cells, chunk]), gene_modulation).float()
+                for block in blocks:
+                    queries = block(queries)
+                logits[cells, chunk] = self.count_head(queries)
+        return logits
 
     def _get_generative_input(self, tensors: dict[str, torch.Tensor], inference_outputs: dict) -> dict:
         crop = inference_outputs[KEYS.CROP_KEY]
@@ -398,7 +434,7 @@ class SCTrilemmaModule(BaseModuleClass):
         z_tokens = inference_outputs[KEYS.Z_TOKENS_KEY].reshape(-1, self.n_latent_tokens, self.n_hidden)
         pooled = inference_outputs["z"].reshape(-1, self.n_hidden)
         genes = torch.arange(self.n_input, device=z_tokens.device)
-        mean_logit, zi_logit = self.decode_in_chunks(z_tokens, pooled, genes).unbind(-1)
+        mean_logit, zi_logit = self.decode(z_tokens, pooled, genes).unbind(-1)
         library = x.to(z_tokens.device).sum(1, keepdim=True).repeat(n_samples, 1)
         px = ZeroInflatedNegativeBinomial(
             mu=torch.softmax(mean_logit, -1) * library, theta=F.softplus(self.px_r), zi_logits=zi_logit

@@ -1,4 +1,4 @@
-from ._attention import CrossAttention, CrossAttentionBlock, SwiGLU
+from ._attention import CrossAttention, CrossAttentionBlock, ShortContextBlock, SwiGLU
 from ._batchnorm import RankSyncedBatchNorm1d
 from ._gates import ExpressionGate, QueryRouter, TokenPooling
 
@@ -8,6 +8,7 @@ __all__ = [
     "ExpressionGate",
     "QueryRouter",
     "RankSyncedBatchNorm1d",
+    "ShortContextBlock",
     "SwiGLU",
     "TokenPooling",
 ]
