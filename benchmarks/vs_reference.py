@@ -127,7 +127,7 @@ def compare(name: str, x: torch.Tensor, preset: str, args, fast_available: bool)
         with torch.inference_mode():
             for b in recon_cells:
                 inference = module.inference(b)
-                out.append(module.decode_in_chunks(inference["z_tokens"], inference["z"], recon_genes)[..., 0])
+                out.append(module.decode(inference["z_tokens"], inference["z"], recon_genes)[..., 0])
         return torch.cat(out)
 
     def reconstruct_ref() -> torch.Tensor:

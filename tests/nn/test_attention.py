@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sctrilemma.nn import CrossAttention, CrossAttentionBlock, SwiGLU
-from sctrilemma.nn._attention import unit_rms
+from sctrilemma.nn import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock, SwiGLU
+from sctrilemma.nn._attention import Workspace, unit_rms
 
 N_HIDDEN, N_HEADS = 32, 4
 
@@ -110,8 +110,31 @@ def test_absorbed_attention_matches_projected_context(masked: bool) -> None:
     mask = torch.arange(11) < torch.tensor([[11], [7], [1]]) if masked else None
     with torch.no_grad():
         expected = block(queries, context, mask)
-        absorbed = block.forward_unit_context(queries, unit_rms(context), mask)
+        absorbed = LongContextBlock(block, torch.float32)(queries, unit_rms(context), mask)
     torch.testing.assert_close(absorbed, expected, rtol=1e-5, atol=1e-5)
     plain, cheaper = block.attention.context_flops(n_queries=5, n_context=11)
     assert cheaper == 4 * 4 * 5 * 11 * 32
     assert plain == 4 * 11 * 32 * 32 + 4 * 5 * 11 * 32
+
+
+def test_short_context_block_matches_the_block() -> None:
+    """Keys and values folded into the projections per cell give the block's output, and bf16 stays close."""
+    torch.manual_seed(0)
+    block = CrossAttentionBlock(32, n_heads=4, dropout_rate=0.1).eval()
+    with torch.no_grad():
+        for name, tensor in block.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                tensor.add_(0.3 * torch.randn_like(tensor))
+    queries, context = torch.randn(3, 40, 32), 2.0 * torch.randn(3, 4, 32)
+    with torch.no_grad():
+        expected = block(queries, context)
+        folded = ShortContextBlock(block, torch.float32)
+        folded.set_context(context)
+        out = folded(queries.clone(), Workspace())
+        folded_bf16 = ShortContextBlock(block, torch.bfloat16)
+        folded_bf16.set_context(context)
+        out_bf16 = folded_bf16(queries.clone(), Workspace())
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert out_bf16.dtype == torch.float32
+    assert not torch.equal(out_bf16, out)
+    assert F.cosine_similarity(out_bf16, expected, dim=-1).min() > 0.999

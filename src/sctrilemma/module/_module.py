@@ -20,12 +20,13 @@ from sctrilemma.module._tokens import GeneCrop, expressed_crop, log_normalize, t
 from sctrilemma.nn import (
     CrossAttentionBlock,
     ExpressionGate,
+    LongContextBlock,
     QueryRouter,
     RankSyncedBatchNorm1d,
     ShortContextBlock,
     TokenPooling,
 )
-from sctrilemma.nn._attention import unit_rms
+from sctrilemma.nn._attention import Workspace, unit_rms
 
 if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
@@ -34,7 +35,7 @@ PriorKind = Literal["pseudobulk", "normal"]
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS = ("auto", "fp32", "bf16")
 # Gene tokens (cells x positions) encoded at once in evaluation: bounds activation memory per batch.
-EVAL_TOKEN_BUDGET = 16384
+EVAL_TOKEN_BUDGET = 8192
 # Gene queries (cells x genes) decoded at once in evaluation; small enough that each block's
 # activations stay in cache (benchmarks/results/speed/NOTES.md).
 DECODE_TOKEN_BUDGET = 2048
@@ -155,14 +156,14 @@ class SCTrilemmaModule(BaseModuleClass):
     def encode(self, crop: GeneCrop, library: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior mean and clamped log-variance of the ``K`` latent tokens, each ``(batch, K, n_hidden)``.
 
-        ``library`` ``(batch, 1)`` is the whole-cell raw total used for ``log1p(CP10K)``. In training
-        the plain path runs. In evaluation the same function is computed faster: cells are grouped by
-        number of real tokens, so each group is padded only to its own longest cell, and encoded
-        ``EVAL_TOKEN_BUDGET`` tokens at a time; the context is normalised once for all blocks, and
-        each block attends without projecting it when that is cheaper
-        (:meth:`~sctrilemma.nn.CrossAttention.attend_absorbed`).
+        ``library`` ``(batch, 1)`` is the whole-cell raw total used for ``log1p(CP10K)``. In training,
+        or with autograd on, the plain path runs. In evaluation the same function is computed faster:
+        cells are grouped by number of real tokens, so each group is padded only to its own longest
+        cell, and encoded ``EVAL_TOKEN_BUDGET`` tokens at a time; the blocks run as
+        :class:`~sctrilemma.nn.LongContextBlock` (context normalised once, never projected) where that
+        is cheaper, in the arithmetic of :attr:`precision`.
         """
-        if self.training:
+        if self.training or torch.is_grad_enabled():
             latents = self._encode_plain(crop, library)
         else:
             latents = self._encode_grouped(crop, library)
@@ -188,6 +189,8 @@ class SCTrilemmaModule(BaseModuleClass):
                 n_real = torch.full_like(n_real, width)
         order = torch.argsort(n_real, stable=True)
         sorted_lengths = n_real[order].tolist()
+        blocks = self._long_context_blocks(torch.bfloat16 if self.uses_bf16(crop.genes.device) else torch.float32)
+        workspace = Workspace()
         latents = torch.empty(batch, self.n_latent_tokens, self.n_hidden, device=crop.genes.device)
         start = 0
         while start < batch:
@@ -200,23 +203,34 @@ class SCTrilemmaModule(BaseModuleClass):
                 crop.counts[cells, :length],
                 None if crop.mask is None or bool(crop.mask[cells, :length].all()) else crop.mask[cells, :length],
             )
-            latents[cells] = self._encode_unit_context(group, library[cells]).float()
+            latents[cells] = self._encode_group(group, library[cells], blocks, workspace)
             start = stop
         return latents
 
-    def _encode_unit_context(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
-        tokens = self.expression_gate(self.gene_embedding(crop.genes), log_normalize(crop.counts, library))
-        with self._eval_autocast(tokens.device):
-            unit_context = unit_rms(tokens, self.encoder[0].norm_context.eps)
-            if torch.is_autocast_enabled(tokens.device.type):
-                unit_context = unit_context.to(torch.get_autocast_dtype(tokens.device.type))
-            latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
-            for block in self.encoder:
-                plain_flops, absorbed_flops = block.attention.context_flops(self.n_latent_tokens, tokens.shape[1])
-                if absorbed_flops < plain_flops and block.norm_context.eps == self.encoder[0].norm_context.eps:
-                    latents = block.forward_unit_context(latents, unit_context, crop.mask)
-                else:
-                    latents = block(latents, tokens, crop.mask)
+    def _long_context_blocks(self, dtype: torch.dtype) -> list[LongContextBlock] | None:
+        """The encoder blocks prepared as :class:`~sctrilemma.nn.LongContextBlock`, or ``None`` where that costs more."""
+        plain_flops, absorbed_flops = self.encoder[0].attention.context_flops(self.n_latent_tokens, 1)
+        shared_eps = len({block.norm_context.eps for block in self.encoder}) == 1
+        if absorbed_flops >= plain_flops or not shared_eps:
+            return None
+        return [LongContextBlock(block, dtype) for block in self.encoder]
+
+    def _encode_group(
+        self, crop: GeneCrop, library: torch.Tensor, blocks: list[LongContextBlock] | None, workspace: Workspace
+    ) -> torch.Tensor:
+        if blocks is None:
+            with self._eval_autocast(crop.genes.device):
+                return self._encode_plain(crop, library).float()
+        shape = (*crop.genes.shape, self.n_hidden)
+        weight = self.gene_embedding.weight
+        tokens = workspace.get("tokens", shape, weight.dtype, weight.device)
+        torch.index_select(weight, 0, crop.genes.reshape(-1), out=tokens.view(-1, self.n_hidden))
+        tokens = self.expression_gate(tokens, log_normalize(crop.counts, library), inplace=True)
+        context = workspace.get("context", tokens.shape, blocks[0].dtype, tokens.device)
+        unit_context = unit_rms(tokens, self.encoder[0].norm_context.eps, out=context)
+        latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
+        for block in blocks:
+            latents = block(latents, unit_context, crop.mask, workspace)
         return latents
 
     def _get_inference_input(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -270,10 +284,10 @@ class SCTrilemmaModule(BaseModuleClass):
         """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes``.
 
         ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell). In
-        evaluation the same function is computed by :meth:`_decode_eval`, ``DECODE_TOKEN_BUDGET`` queries
-        at a time, in the arithmetic of :attr:`precision`.
+        evaluation without autograd the same function is computed by :meth:`_decode_eval`,
+        ``DECODE_TOKEN_BUDGET`` queries at a time, in the arithmetic of :attr:`precision`.
         """
-        if self.training:
+        if self.training or torch.is_grad_enabled():
             return self._decode_plain(z_tokens, pooled_sample, genes)
         return self._decode_eval(z_tokens, pooled_sample, genes)
 
@@ -303,6 +317,7 @@ class SCTrilemmaModule(BaseModuleClass):
         logits = torch.empty(batch, n_genes, 2, device=z_tokens.device)
         folded = folded_flops < plain_flops
         blocks = [ShortContextBlock(block, dtype) for block in self.decoder] if folded else []
+        workspace = Workspace()
         for start in range(0, batch, cells_per_group):
             cells = slice(start, start + cells_per_group)
             for block in blocks:
@@ -317,7 +332,7 @@ class SCTrilemmaModule(BaseModuleClass):
                 gene_modulation = None if modulation is None else modulation[cells]
                 queries = self.query_router(self.gene_embedding(genes[cells, chunk]), gene_modulation).float()
                 for block in blocks:
-                    queries = block(queries)
+                    queries = block(queries, workspace)
                 logits[cells, chunk] = self.count_head(queries)
         return logits
 

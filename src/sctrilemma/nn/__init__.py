@@ -1,4 +1,4 @@
-from ._attention import CrossAttention, CrossAttentionBlock, ShortContextBlock, SwiGLU
+from ._attention import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock, SwiGLU
 from ._batchnorm import RankSyncedBatchNorm1d
 from ._gates import ExpressionGate, QueryRouter, TokenPooling
 
@@ -6,6 +6,7 @@ __all__ = [
     "CrossAttention",
     "CrossAttentionBlock",
     "ExpressionGate",
+    "LongContextBlock",
     "QueryRouter",
     "RankSyncedBatchNorm1d",
     "ShortContextBlock",

@@ -6,6 +6,8 @@ Shapes follow the convention ``(batch, length, n_hidden)``; attention runs throu
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,17 +32,41 @@ class SwiGLU(nn.Module):
         return self.dropout(self.proj_out(self.dropout(F.silu(gate) * value)))
 
 
-def unit_rms(x: torch.Tensor, eps: float | None = None) -> torch.Tensor:
-    """``x / sqrt(mean(x**2) + eps)`` over the last axis: :class:`~torch.nn.RMSNorm` without its weight."""
+def unit_rms(x: torch.Tensor, eps: float | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``x / sqrt(mean(x**2) + eps)`` over the last axis: :class:`~torch.nn.RMSNorm` without its weight.
+
+    With ``out`` (of any floating dtype, e.g. bf16 for fp32 ``x``) the result is written there in the same pass.
+    """
     eps = torch.finfo(x.dtype).eps if eps is None else eps
-    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    inverse_rms = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() / x.shape[-1] + eps)
+    return x * inverse_rms if out is None else torch.mul(x, inverse_rms, out=out)
+
+
+class Workspace:
+    """Output buffers reused across the chunks of an evaluation loop.
+
+    Chunks of the same size would otherwise allocate, fault in and free the same large blocks again and
+    again (glibc returns large freed blocks to the OS); writing into reused buffers measured 8-14 % faster
+    decoding (``benchmarks/results/speed/NOTES.md``). A buffer is valid until the next :meth:`get` of its name.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """An uninitialised tensor of ``shape`` and ``dtype`` backed by the buffer ``name``."""
+        size = math.prod(shape)
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.numel() < size or buffer.dtype != dtype or buffer.device != device:
+            buffer = self._buffers[name] = torch.empty(size, dtype=dtype, device=device)
+        return buffer[:size].view(shape)
 
 
 class CrossAttention(nn.Module):
     """Multi-head attention of ``queries`` over ``context`` (no self-attention among queries).
 
-    The key and value projections are fused into one matrix multiplication. :meth:`~sctrilemma.nn.CrossAttention.attend_absorbed`
-    computes the same attention without projecting the context at all (see there).
+    The key and value projections are fused into one matrix multiplication. In evaluation,
+    :class:`LongContextBlock` and :class:`ShortContextBlock` compute the same attention with fewer FLOPs.
     """
 
     def __init__(self, n_hidden: int, *, n_heads: int, dropout_rate: float = 0.0) -> None:
@@ -86,7 +112,7 @@ class CrossAttention(nn.Module):
         return self.to_out(out.transpose(1, 2).reshape(b, n, -1))
 
     def context_flops(self, n_queries: int, n_context: int) -> tuple[int, int]:
-        """FLOPs per cell that grow with the context, of (``forward``, ``attend_absorbed``)."""
+        """FLOPs per cell that grow with the context, of (``forward``, :class:`LongContextBlock`)."""
         width = self.to_q.in_features
         plain = 4 * n_context * width * width + 4 * n_queries * n_context * width
         absorbed = 4 * self.n_heads * n_queries * n_context * width
@@ -98,52 +124,6 @@ class CrossAttention(nn.Module):
         plain = n_queries * (4 * width * width + 4 * n_context * width)
         absorbed = n_queries * 4 * width * self.n_heads * n_context + 4 * n_context * width * width
         return plain, absorbed
-
-    def attend_absorbed(
-        self,
-        queries: torch.Tensor,
-        unit_context: torch.Tensor,
-        context_weight: torch.Tensor,
-        context_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """``forward`` on ``context = unit_context * context_weight`` without projecting the context.
-
-        Keys and values are linear in the context, so each head's query is mapped back through the key
-        projection, ``q_h W_k,h``, and scored against the context directly; the key bias adds the same
-        score to every context token and cancels in the softmax. Values are applied after the
-        attention weights, ``(P_h c) W_v,h^T + b_v,h`` (the weights sum to one). Per cell this costs
-        ``4 H K n d`` instead of ``4 n d^2 + 4 K n d`` FLOPs, fewer whenever ``H K < d + K``
-        (the paper's 512 < 576), and never materialises the ``(n, 2d)`` keys and values. Attention
-        dropout is not supported: use it in evaluation.
-
-        Parameters
-        ----------
-        queries
-            Normalised query tokens ``(batch, K, d)``.
-        unit_context
-            Context tokens divided by their RMS, ``(batch, n, d)``, shared by all blocks.
-        context_weight
-            The context RMSNorm's weight ``(d,)``.
-        context_mask
-            Boolean ``(batch, n)``, ``True`` for tokens that may be attended to.
-        """
-        batch, n_queries, width = queries.shape
-        heads = self.n_heads
-        head_width = width // heads
-        key_weight, value_weight = self.to_kv.weight.split(width)
-        value_bias = self.to_kv.bias[width:]
-        q = self.to_q(queries).view(batch, n_queries, heads, head_width).transpose(1, 2)
-        key_weight = key_weight.view(heads, head_width, width) * (context_weight * head_width**-0.5)
-        absorbed = torch.matmul(q, key_weight).reshape(batch, heads * n_queries, width)
-        scores = torch.bmm(absorbed.to(unit_context.dtype), unit_context.transpose(1, 2))
-        if context_mask is not None:
-            scores = scores.masked_fill(~context_mask[:, None, :], float("-inf"))
-        weights = torch.softmax(scores, dim=-1).to(unit_context.dtype)
-        pooled = torch.bmm(weights, unit_context).view(batch, heads, n_queries, width)
-        value_weight = (value_weight * context_weight).view(heads, head_width, width)
-        out = torch.matmul(pooled.to(value_weight.dtype), value_weight.transpose(1, 2))
-        out = out + value_bias.view(heads, 1, head_width)
-        return self.to_out(out.transpose(1, 2).reshape(batch, n_queries, width))
 
 
 class CrossAttentionBlock(nn.Module):
@@ -169,19 +149,6 @@ class CrossAttentionBlock(nn.Module):
         queries = queries + self.attention(self.norm_queries(queries), self.norm_context(context), context_mask)
         return queries + self.ffn(self.norm_ffn(queries))
 
-    def forward_unit_context(
-        self, queries: torch.Tensor, unit_context: torch.Tensor, context_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """``forward`` with the context given as ``unit_rms(context)``.
-
-        Runs :meth:`~sctrilemma.nn.CrossAttention.attend_absorbed`, so no attention dropout: evaluation only.
-        """
-        attended = self.attention.attend_absorbed(
-            self.norm_queries(queries), unit_context, self.norm_context.weight, context_mask
-        )
-        queries = queries + attended
-        return queries + self.ffn(self.norm_ffn(queries))
-
 
 class ShortContextBlock:
     """A :class:`CrossAttentionBlock` in evaluation, prepared for many queries per cell over a short context.
@@ -192,7 +159,7 @@ class ShortContextBlock:
     with ``u`` the unit-RMS queries, ``M_c`` ``(d, H K)`` and ``N_c`` ``(H K, d)``, two batched matrix
     products costing ``4 H K d`` FLOPs per query instead of ``4 d^2 + 4 K d``. The RMSNorm weights are
     folded into the linear maps that follow them and every matrix is cast once to ``dtype``; the residual
-    stream stays fp32. No dropout: evaluation only.
+    stream stays fp32. No dropout and no autograd (activations are updated in place): evaluation only.
 
     Parameters
     ----------
@@ -231,14 +198,119 @@ class ShortContextBlock:
         self.value_weight = value_weight.reshape(batch, heads * n_context, width).to(self.dtype)
         self.context_shape = (heads, n_context)
 
-    def __call__(self, queries: torch.Tensor) -> torch.Tensor:
-        """Updated fp32 ``queries`` ``(batch, n, d)`` of the cells of :meth:`set_context`."""
+    def __call__(self, queries: torch.Tensor, workspace: Workspace) -> torch.Tensor:
+        """Update fp32 ``queries`` ``(batch, n, d)`` of the cells of :meth:`set_context` in place; without autograd."""
         batch, n_queries, width = queries.shape
-        block = self.block
-        unit = F.rms_norm(queries, (width,), eps=block.norm_queries.eps).to(self.dtype)
-        scores = torch.baddbmm(self.score_bias, unit, self.score_weight)
-        weights = torch.softmax(scores.view(batch, n_queries, *self.context_shape), dim=-1)
-        queries = queries + torch.baddbmm(self.out_bias, weights.view(batch, n_queries, -1), self.value_weight)
-        unit = F.rms_norm(queries, (width,), eps=block.norm_ffn.eps).to(self.dtype)
+        block, dtype, device = self.block, self.dtype, queries.device
+        rows = queries.view(batch * n_queries, width)
+        unit = unit_rms(queries, block.norm_queries.eps, out=workspace.get("unit", queries.shape, dtype, device))
+        scores_shape = (batch, n_queries, self.score_weight.shape[-1])
+        scores = torch.baddbmm(
+            self.score_bias, unit, self.score_weight, out=workspace.get("scores", scores_shape, dtype, device)
+        )
+        weights = workspace.get("weights", scores_shape, dtype, device)
+        heads_shape = (batch, n_queries, *self.context_shape)
+        torch.softmax(scores.view(heads_shape), dim=-1, out=weights.view(heads_shape))
+        update = workspace.get("update", queries.shape, dtype, device)
+        queries += torch.baddbmm(self.out_bias, weights, self.value_weight, out=update)
+        unit = unit_rms(rows, block.norm_ffn.eps, out=workspace.get("unit", rows.shape, dtype, device))
+        hidden_shape = (rows.shape[0], self.ffn_in_weight.shape[0])
+        hidden = torch.addmm(
+            self.ffn_in_bias, unit, self.ffn_in_weight.t(), out=workspace.get("hidden", hidden_shape, dtype, device)
+        )
+        gate, value = hidden.chunk(2, dim=-1)
+        gate = F.silu(gate, inplace=True).mul_(value)
+        rows += torch.addmm(self.ffn_out_bias, gate, self.ffn_out_weight.t(), out=update.view(rows.shape))
+        return queries
+
+
+class LongContextBlock:
+    """A :class:`CrossAttentionBlock` in evaluation, prepared for a few queries per cell over a long context.
+
+    In the encoder the ``K`` latent queries attend to thousands of gene tokens. Keys and values are linear
+    in the context, so each head's query is mapped back through the key projection, ``q_h W_k,h``, and
+    scored against the unit-RMS context directly; the key bias adds the same score to every token and
+    cancels in the softmax. Values are applied after the attention weights, ``(P_h c) W_v,h^T + b_v,h``
+    (the weights sum to one). Per cell this costs ``4 H K n d`` FLOPs instead of ``4 n d^2 + 4 K n d``,
+    fewer whenever ``H K < d + K`` (the paper's 512 < 576), and never materialises the ``(n, 2 d)`` keys
+    and values. The context is normalised once for all blocks (its RMSNorm weight is folded into the
+    projections), the queries' and feed-forward RMSNorm weights are folded into the linear maps that
+    follow them, and every matrix is cast once to ``dtype``. No dropout and no autograd (activations are
+    updated in place): evaluation only.
+
+    Parameters
+    ----------
+    block
+        The block to evaluate.
+    dtype
+        Arithmetic of the matrix products (``torch.float32`` or ``torch.bfloat16``).
+    """
+
+    def __init__(self, block: CrossAttentionBlock, dtype: torch.dtype) -> None:
+        attention = block.attention
+        width = attention.to_q.in_features
+        heads = attention.n_heads
+        head_width = width // heads
+        key_weight, value_weight = attention.to_kv.weight.split(width)
+        context_weight = block.norm_context.weight
+        self.block, self.dtype, self.heads = block, dtype, heads
+        self.query_weight = (attention.to_q.weight * block.norm_queries.weight).to(dtype)
+        self.query_bias = attention.to_q.bias.to(dtype)
+        key_weight = key_weight.view(heads, head_width, width) * (context_weight * head_width**-0.5)
+        self.key_weight = key_weight.to(dtype)  # (H, dh, d)
+        self.value_weight = (value_weight * context_weight).view(heads, head_width, width).transpose(1, 2).to(dtype)
+        self.value_bias = attention.to_kv.bias[width:].view(heads, 1, head_width).to(dtype)
+        self.out_weight = attention.to_out.weight.to(dtype)
+        self.out_bias = attention.to_out.bias.to(dtype)
+        ffn = block.ffn
+        self.ffn_in_weight = (ffn.proj_in.weight * block.norm_ffn.weight).to(dtype)
+        self.ffn_in_bias = ffn.proj_in.bias.to(dtype)
+        self.ffn_out_weight = ffn.proj_out.weight.to(dtype)
+        self.ffn_out_bias = ffn.proj_out.bias.to(dtype)
+
+    def __call__(
+        self,
+        latents: torch.Tensor,
+        unit_context: torch.Tensor,
+        context_mask: torch.Tensor | None = None,
+        workspace: Workspace | None = None,
+    ) -> torch.Tensor:
+        """Updated fp32 ``latents`` ``(batch, K, d)``.
+
+        Parameters
+        ----------
+        latents
+            Latent queries (not normalised), ``(batch, K, d)``.
+        unit_context
+            Context tokens divided by their RMS, ``(batch, n, d)`` in ``dtype``, shared by all blocks.
+        context_mask
+            Boolean ``(batch, n)``, ``True`` for tokens that may be attended to.
+        workspace
+            Buffers for the ``(batch, H K, n)`` attention scores and weights, reused across calls.
+        """
+        batch, n_queries, width = latents.shape
+        heads, head_width = self.heads, width // self.heads
+        dtype, device = self.dtype, latents.device
+        workspace = Workspace() if workspace is None else workspace
+        unit = F.rms_norm(latents, (width,), eps=self.block.norm_queries.eps).to(dtype)
+        queries = F.linear(unit, self.query_weight, self.query_bias)
+        # One matrix product per head over all cells' queries: (H, batch K, dh) @ (H, dh, d).
+        queries = queries.view(batch * n_queries, heads, head_width).transpose(0, 1)
+        absorbed = torch.bmm(queries, self.key_weight).view(heads, batch, n_queries, width)
+        absorbed = absorbed.transpose(0, 1).reshape(batch, heads * n_queries, width)
+        scores_shape = (batch, heads * n_queries, unit_context.shape[1])
+        scores = torch.bmm(
+            absorbed, unit_context.transpose(1, 2), out=workspace.get("scores", scores_shape, dtype, device)
+        )
+        if context_mask is not None:
+            scores.masked_fill_(~context_mask[:, None, :], float("-inf"))
+        weights = torch.softmax(scores, dim=-1, out=workspace.get("weights", scores_shape, dtype, device))
+        pooled = torch.bmm(weights, unit_context).view(batch, heads, n_queries, width)
+        pooled = pooled.transpose(0, 1).reshape(heads, batch * n_queries, width)
+        values = torch.baddbmm(self.value_bias, pooled, self.value_weight)  # (H, batch K, dh)
+        values = values.transpose(0, 1).reshape(batch, n_queries, width)
+        latents = latents + F.linear(values, self.out_weight, self.out_bias)
+        unit = F.rms_norm(latents, (width,), eps=self.block.norm_ffn.eps).to(dtype)
         gate, value = F.linear(unit, self.ffn_in_weight, self.ffn_in_bias).chunk(2, dim=-1)
-        return queries + F.linear(F.silu(gate) * value, self.ffn_out_weight, self.ffn_out_bias)
+        latents += F.linear(F.silu(gate, inplace=True).mul_(value), self.ffn_out_weight, self.ffn_out_bias)
+        return latents

@@ -37,13 +37,16 @@ class ExpressionGate(nn.Module):
             slope, intercept = self.gate.weight @ slope, self.gate.weight @ intercept + self.gate.bias
         return slope, intercept
 
-    def forward(self, gene_embedding: torch.Tensor, expression: torch.Tensor) -> torch.Tensor:
-        """Tokens ``(..., n_hidden)`` from ``gene_embedding`` ``(..., n_hidden)`` and ``expression`` ``(...)``."""
+    def forward(self, gene_embedding: torch.Tensor, expression: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        """Tokens ``(..., n_hidden)`` from ``gene_embedding`` ``(..., n_hidden)`` and ``expression`` ``(...)``.
+
+        With ``inplace=True`` the tokens are written into ``gene_embedding`` (evaluation without autograd).
+        """
         slope, intercept = self.affine()
         features = torch.addcmul(intercept, expression.unsqueeze(-1).to(slope.dtype), slope)
         if self.gate is None:
-            return gene_embedding + features
-        return gene_embedding * torch.sigmoid(features)
+            return gene_embedding.add_(features) if inplace else gene_embedding + features
+        return gene_embedding.mul_(features.sigmoid_()) if inplace else gene_embedding * torch.sigmoid(features)
 
 
 class TokenPooling(nn.Module):
