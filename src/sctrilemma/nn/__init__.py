@@ -1,10 +1,12 @@
 from ._attention import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock, SwiGLU
 from ._batchnorm import RankSyncedBatchNorm1d
+from ._dropout import Dropout, dropout
 from ._gates import ExpressionGate, QueryRouter, TokenPooling
 
 __all__ = [
     "CrossAttention",
     "CrossAttentionBlock",
+    "Dropout",
     "ExpressionGate",
     "LongContextBlock",
     "QueryRouter",
@@ -12,4 +14,5 @@ __all__ = [
     "ShortContextBlock",
     "SwiGLU",
     "TokenPooling",
+    "dropout",
 ]

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sctrilemma.nn._dropout import Dropout, dropout
+
 
 class SwiGLU(nn.Module):
     """SwiGLU feed-forward layer :cite:p:`shazeer2020glu`: ``dropout(W2 dropout(silu(W1 x) * W3 x))``.
@@ -24,7 +26,7 @@ class SwiGLU(nn.Module):
         super().__init__()
         self.proj_in = nn.Linear(n_hidden, 2 * n_ffn)
         self.proj_out = nn.Linear(n_ffn, n_hidden)
-        self.dropout = nn.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x`` of shape ``(..., n_hidden)``."""
@@ -105,9 +107,16 @@ class CrossAttention(nn.Module):
         q = self._split_heads(self.to_q(queries))
         k, v = (self._split_heads(t) for t in self.to_kv(context).chunk(2, dim=-1))
         attn_mask = None if context_mask is None else context_mask[:, None, None, :]
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_rate if self.training else 0.0
-        )
+        if self.training and self.dropout_rate > 0.0 and q.device.type == "cpu":
+            # Same as SDPA's math path with dropout, with the cheaper CPU dropout mask.
+            scores = torch.matmul(q, k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+            if attn_mask is not None:
+                scores = scores.masked_fill(~attn_mask, float("-inf"))
+            out = torch.matmul(dropout(torch.softmax(scores, dim=-1), self.dropout_rate), v)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_rate if self.training else 0.0
+            )
         b, _, n, _ = out.shape
         return self.to_out(out.transpose(1, 2).reshape(b, n, -1))
 
