@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from sctrilemma.nn import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock, SwiGLU
-from sctrilemma.nn._attention import Workspace, unit_rms
+from sctrilemma.nn._attention import Workspace, gated_silu, unit_rms
 
 N_HIDDEN, N_HEADS = 32, 4
 
@@ -149,3 +149,17 @@ def test_training_attention_path_matches_sdpa(monkeypatch: pytest.MonkeyPatch) -
     expected = attention.eval()(queries, context, mask)
     monkeypatch.setattr("sctrilemma.nn._attention.dropout", lambda x, p: x)
     torch.testing.assert_close(attention.train()(queries, context, mask), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_gated_silu_gradient_matches_autograd() -> None:
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 7, 10, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(gated_silu, (hidden,))
+    gate, value = hidden.chunk(2, dim=-1)
+    expected = F.silu(gate) * value
+    weight = torch.randn_like(expected)
+    (expected_grad,) = torch.autograd.grad((expected * weight).sum(), hidden)
+    out = gated_silu(hidden)
+    (grad,) = torch.autograd.grad((out * weight).sum(), hidden)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)

@@ -15,6 +15,35 @@ from torch import nn
 from sctrilemma.nn._dropout import Dropout, dropout
 
 
+class _GatedSiLU(torch.autograd.Function):
+    """``silu(gate) * value`` of ``hidden = [gate, value]``, saving only ``hidden`` for the backward pass.
+
+    The backward pass writes both halves of the gradient into one tensor, where autograd would keep
+    ``silu(gate)`` and concatenate the two half gradients (a pass over twice the hidden width).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(hidden)
+        gate, value = hidden.chunk(2, dim=-1)
+        return F.silu(gate) * value
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (hidden,) = ctx.saved_tensors
+        gate, value = hidden.chunk(2, dim=-1)
+        grad_hidden = torch.empty_like(hidden)
+        grad_gate, grad_value = grad_hidden.chunk(2, dim=-1)
+        torch.ops.aten.silu_backward.grad_input(grad * value, gate, grad_input=grad_gate)
+        torch.mul(grad, F.silu(gate), out=grad_value)
+        return grad_hidden
+
+
+def gated_silu(hidden: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * value`` for ``hidden = [gate, value]`` split in halves along the last axis."""
+    return _GatedSiLU.apply(hidden)
+
+
 class SwiGLU(nn.Module):
     """SwiGLU feed-forward layer :cite:p:`shazeer2020glu`: ``dropout(W2 dropout(silu(W1 x) * W3 x))``.
 
@@ -30,8 +59,7 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x`` of shape ``(..., n_hidden)``."""
-        gate, value = self.proj_in(x).chunk(2, dim=-1)
-        return self.dropout(self.proj_out(self.dropout(F.silu(gate) * value)))
+        return self.dropout(self.proj_out(self.dropout(gated_silu(self.proj_in(x)))))
 
 
 def unit_rms(x: torch.Tensor, eps: float | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
