@@ -284,7 +284,7 @@ class SCTrilemmaModule(BaseModuleClass):
         """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes``.
 
         ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell). In
-        evaluation without autograd the same function is computed by :meth:`_decode_eval`,
+        evaluation without autograd the same function is computed by ``_decode_eval``,
         ``DECODE_TOKEN_BUDGET`` queries at a time, in the arithmetic of :attr:`precision`.
         """
         if self.training or torch.is_grad_enabled():

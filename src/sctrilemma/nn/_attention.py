@@ -96,7 +96,7 @@ class CrossAttention(nn.Module):
     """Multi-head attention of ``queries`` over ``context`` (no self-attention among queries).
 
     The key and value projections are fused into one matrix multiplication. In evaluation,
-    :class:`LongContextBlock` and :class:`ShortContextBlock` compute the same attention with fewer FLOPs.
+    :class:`~sctrilemma.nn.LongContextBlock` and :class:`~sctrilemma.nn.ShortContextBlock` compute the same attention with fewer FLOPs.
     """
 
     def __init__(self, n_hidden: int, *, n_heads: int, dropout_rate: float = 0.0) -> None:
@@ -149,14 +149,14 @@ class CrossAttention(nn.Module):
         return self.to_out(out.transpose(1, 2).reshape(b, n, -1))
 
     def context_flops(self, n_queries: int, n_context: int) -> tuple[int, int]:
-        """FLOPs per cell that grow with the context, of (``forward``, :class:`LongContextBlock`)."""
+        """FLOPs per cell that grow with the context, of (``forward``, :class:`~sctrilemma.nn.LongContextBlock`)."""
         width = self.to_q.in_features
         plain = 4 * n_context * width * width + 4 * n_queries * n_context * width
         absorbed = 4 * self.n_heads * n_queries * n_context * width
         return plain, absorbed
 
     def short_context_flops(self, n_queries: int, n_context: int) -> tuple[int, int]:
-        """FLOPs per cell of many queries over a short context, of (``forward``, :class:`ShortContextBlock`)."""
+        """FLOPs per cell of many queries over a short context, of (``forward``, :class:`~sctrilemma.nn.ShortContextBlock`)."""
         width = self.to_q.in_features
         plain = n_queries * (4 * width * width + 4 * n_context * width)
         absorbed = n_queries * 4 * width * self.n_heads * n_context + 4 * n_context * width * width
@@ -188,7 +188,7 @@ class CrossAttentionBlock(nn.Module):
 
 
 class ShortContextBlock:
-    """A :class:`CrossAttentionBlock` in evaluation, prepared for many queries per cell over a short context.
+    """A :class:`~sctrilemma.nn.CrossAttentionBlock` in evaluation, prepared for many queries per cell over a short context.
 
     In the decoder thousands of gene queries per cell attend to the cell's ``K`` latent tokens. Keys and
     values are linear in those tokens, so per cell they are folded into the query and output projections
@@ -262,7 +262,7 @@ class ShortContextBlock:
 
 
 class LongContextBlock:
-    """A :class:`CrossAttentionBlock` in evaluation, prepared for a few queries per cell over a long context.
+    """A :class:`~sctrilemma.nn.CrossAttentionBlock` in evaluation, prepared for a few queries per cell over a long context.
 
     In the encoder the ``K`` latent queries attend to thousands of gene tokens. Keys and values are linear
     in the context, so each head's query is mapped back through the key projection, ``q_h W_k,h``, and

@@ -14,9 +14,9 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
 
     Each element is kept when a uniform 32-bit integer is at or above ``round(p * 2**32)`` (shifted to
     signed), so it is dropped with probability ``p`` to 2e-10 and kept ones are scaled by ``1 / (1 - p)``.
-    torch's CPU Bernoulli draws cost about twice as much per element and dominated a CPU training step
-    (``benchmarks/results/speed/NOTES.md``). Two mask elements come from each 64-bit draw of torch's
-    default generator, so ``torch.manual_seed`` makes the masks reproducible. Off CPU this is ``F.dropout``.
+    Two mask elements come from each 64-bit draw of torch's default generator, so ``torch.manual_seed`` makes
+    the masks reproducible. torch's per-element Bernoulli sampling took a quarter of a CPU training step
+    (``benchmarks/results/speed/NOTES.md``). Off CPU this is ``F.dropout``.
     """
     if not training or p == 0.0:
         return x
@@ -30,7 +30,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
 
 
 class Dropout(nn.Dropout):
-    """:class:`torch.nn.Dropout` computed by :func:`dropout` (same state, same behaviour)."""
+    """:class:`torch.nn.Dropout` computed by :func:`~sctrilemma.nn.dropout` (same state, same behaviour)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Drop elements of ``x`` with probability ``p`` in training mode."""
