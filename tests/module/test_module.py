@@ -331,3 +331,15 @@ def test_eval_decoder_matches_plain_path(
             assert fast.shape == (8, genes.shape[-1], 2)
             assert plain.abs().max() > 0.1
             torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_posterior_parameters_stay_fp32_under_autocast(small_adata: ad.AnnData, tiny: dict) -> None:
+    """Under bf16 autocast (``bf16-mixed`` training) the KL and the decoder's context see fp32 posterior tokens."""
+    torch.manual_seed(0)
+    module = SCTrilemmaModule(small_adata.n_vars, **tiny, prior="normal").train()
+    x = _tensors(small_adata)["X"][:8]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = module.inference(x)
+    assert out["qz_tokens_mean"].dtype == torch.float32
+    assert out["qz_tokens_logvar"].dtype == torch.float32
+    assert out["z_tokens"].dtype == torch.float32

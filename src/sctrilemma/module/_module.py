@@ -169,7 +169,8 @@ class SCTrilemmaModule(BaseModuleClass):
             latents = self._encode_grouped(crop, library)
         batch, n_tokens, width = latents.shape
         latents = self.posterior_norm(latents.reshape(batch * n_tokens, width)).view(batch, n_tokens, width)
-        return self.to_mean(latents), self.to_logvar(latents).clamp(LOGVAR_MIN, LOGVAR_MAX)
+        # fp32 even under autocast: the KL term and the decoder's context norm want full precision.
+        return self.to_mean(latents).float(), self.to_logvar(latents).float().clamp(LOGVAR_MIN, LOGVAR_MAX)
 
     def _encode_plain(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
         tokens = self.expression_gate(self.gene_embedding(crop.genes), log_normalize(crop.counts, library))
