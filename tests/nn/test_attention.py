@@ -133,7 +133,7 @@ def test_short_context_block_matches_the_block() -> None:
         out = folded(queries.clone(), Workspace())
         folded_bf16 = ShortContextBlock(block, torch.bfloat16)
         folded_bf16.set_context(context)
-        out_bf16 = folded_bf16(queries.clone(), Workspace())
+        out_bf16 = folded_bf16(queries.clone())
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     assert out_bf16.dtype == torch.float32
     assert not torch.equal(out_bf16, out)

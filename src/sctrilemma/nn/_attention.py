@@ -235,10 +235,14 @@ class ShortContextBlock:
         self.value_weight = value_weight.reshape(batch, heads * n_context, width).to(self.dtype)
         self.context_shape = (heads, n_context)
 
-    def __call__(self, queries: torch.Tensor, workspace: Workspace) -> torch.Tensor:
-        """Update fp32 ``queries`` ``(batch, n, d)`` of the cells of :meth:`set_context` in place; without autograd."""
+    def __call__(self, queries: torch.Tensor, workspace: Workspace | None = None) -> torch.Tensor:
+        """Update fp32 ``queries`` ``(batch, n, d)`` of the cells of :meth:`set_context` in place; without autograd.
+
+        ``workspace`` holds the intermediate buffers; pass the same one for every chunk of a loop.
+        """
         batch, n_queries, width = queries.shape
         block, dtype, device = self.block, self.dtype, queries.device
+        workspace = Workspace() if workspace is None else workspace
         rows = queries.view(batch * n_queries, width)
         unit = unit_rms(queries, block.norm_queries.eps, out=workspace.get("unit", queries.shape, dtype, device))
         scores_shape = (batch, n_queries, self.score_weight.shape[-1])
