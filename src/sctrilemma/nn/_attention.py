@@ -187,6 +187,38 @@ class CrossAttentionBlock(nn.Module):
         return queries + self.ffn(self.norm_ffn(queries))
 
 
+class _FoldedFeedForward:
+    """A block's RMSNorm and SwiGLU residual branch in evaluation, for the prepared blocks below.
+
+    The RMSNorm weight is folded into the first projection and the weights are cast once to ``dtype``;
+    the hidden layer is activated in place in reused ``Workspace`` buffers. No dropout, no autograd.
+    """
+
+    def __init__(self, block: CrossAttentionBlock, dtype: torch.dtype) -> None:
+        ffn = block.ffn
+        self.eps, self.dtype = block.norm_ffn.eps, dtype
+        self.in_weight = (ffn.proj_in.weight * block.norm_ffn.weight).to(dtype)
+        self.in_bias = ffn.proj_in.bias.to(dtype)
+        self.out_weight = ffn.proj_out.weight.to(dtype)
+        self.out_bias = ffn.proj_out.bias.to(dtype)
+
+    def add_to(self, residual: torch.Tensor, workspace: Workspace) -> torch.Tensor:
+        """Add the branch to the contiguous fp32 ``residual`` ``(..., d)`` in place."""
+        rows = residual.view(-1, residual.shape[-1])
+        dtype, device = self.dtype, residual.device
+        unit = unit_rms(rows, self.eps, out=workspace.get("unit", rows.shape, dtype, device))
+        hidden_shape = (rows.shape[0], self.in_weight.shape[0])
+        hidden = torch.addmm(
+            self.in_bias, unit, self.in_weight.t(), out=workspace.get("hidden", hidden_shape, dtype, device)
+        )
+        gate, value = hidden.chunk(2, dim=-1)
+        gate = F.silu(gate, inplace=True).mul_(value)
+        rows += torch.addmm(
+            self.out_bias, gate, self.out_weight.t(), out=workspace.get("update", rows.shape, dtype, device)
+        )
+        return residual
+
+
 class ShortContextBlock:
     """A :class:`~sctrilemma.nn.CrossAttentionBlock` in evaluation, prepared for many queries per cell over a short context.
 
@@ -208,12 +240,8 @@ class ShortContextBlock:
 
     def __init__(self, block: CrossAttentionBlock, dtype: torch.dtype) -> None:
         self.block, self.dtype = block, dtype
-        ffn = block.ffn
-        self.ffn_in_weight = (ffn.proj_in.weight * block.norm_ffn.weight).to(dtype)
-        self.ffn_in_bias = ffn.proj_in.bias.to(dtype)
-        self.ffn_out_weight = ffn.proj_out.weight.to(dtype)
-        self.ffn_out_bias = ffn.proj_out.bias.to(dtype)
         self.out_bias = block.attention.to_out.bias.to(dtype)
+        self.feed_forward = _FoldedFeedForward(block, dtype)
 
     def set_context(self, context: torch.Tensor) -> None:
         """Fold the keys and values of the cells' latent tokens ``context`` ``(batch, K, d)`` into ``M_c, m_c, N_c``."""
@@ -240,10 +268,9 @@ class ShortContextBlock:
 
         ``workspace`` holds the intermediate buffers; pass the same one for every chunk of a loop.
         """
-        batch, n_queries, width = queries.shape
+        batch, n_queries, _ = queries.shape
         block, dtype, device = self.block, self.dtype, queries.device
         workspace = Workspace() if workspace is None else workspace
-        rows = queries.view(batch * n_queries, width)
         unit = unit_rms(queries, block.norm_queries.eps, out=workspace.get("unit", queries.shape, dtype, device))
         scores_shape = (batch, n_queries, self.score_weight.shape[-1])
         scores = torch.baddbmm(
@@ -254,15 +281,7 @@ class ShortContextBlock:
         torch.softmax(scores.view(heads_shape), dim=-1, out=weights.view(heads_shape))
         update = workspace.get("update", queries.shape, dtype, device)
         queries += torch.baddbmm(self.out_bias, weights, self.value_weight, out=update)
-        unit = unit_rms(rows, block.norm_ffn.eps, out=workspace.get("unit", rows.shape, dtype, device))
-        hidden_shape = (rows.shape[0], self.ffn_in_weight.shape[0])
-        hidden = torch.addmm(
-            self.ffn_in_bias, unit, self.ffn_in_weight.t(), out=workspace.get("hidden", hidden_shape, dtype, device)
-        )
-        gate, value = hidden.chunk(2, dim=-1)
-        gate = F.silu(gate, inplace=True).mul_(value)
-        rows += torch.addmm(self.ffn_out_bias, gate, self.ffn_out_weight.t(), out=update.view(rows.shape))
-        return queries
+        return self.feed_forward.add_to(queries, workspace)
 
 
 class LongContextBlock:
@@ -303,11 +322,7 @@ class LongContextBlock:
         self.value_bias = attention.to_kv.bias[width:].view(heads, 1, head_width).to(dtype)
         self.out_weight = attention.to_out.weight.to(dtype)
         self.out_bias = attention.to_out.bias.to(dtype)
-        ffn = block.ffn
-        self.ffn_in_weight = (ffn.proj_in.weight * block.norm_ffn.weight).to(dtype)
-        self.ffn_in_bias = ffn.proj_in.bias.to(dtype)
-        self.ffn_out_weight = ffn.proj_out.weight.to(dtype)
-        self.ffn_out_bias = ffn.proj_out.bias.to(dtype)
+        self.feed_forward = _FoldedFeedForward(block, dtype)
 
     def __call__(
         self,
@@ -327,7 +342,8 @@ class LongContextBlock:
         context_mask
             Boolean ``(batch, n)``, ``True`` for tokens that may be attended to.
         workspace
-            Buffers for the ``(batch, H K, n)`` attention scores and weights, reused across calls.
+            Buffers for the ``(batch, H K, n)`` attention scores and weights and the feed-forward layer, reused
+            across calls.
         """
         batch, n_queries, width = latents.shape
         heads, head_width = self.heads, width // self.heads
@@ -351,7 +367,4 @@ class LongContextBlock:
         values = torch.baddbmm(self.value_bias, pooled, self.value_weight)  # (H, batch K, dh)
         values = values.transpose(0, 1).reshape(batch, n_queries, width)
         latents = latents + F.linear(values, self.out_weight, self.out_bias)
-        unit = F.rms_norm(latents, (width,), eps=self.block.norm_ffn.eps).to(dtype)
-        gate, value = F.linear(unit, self.ffn_in_weight, self.ffn_in_bias).chunk(2, dim=-1)
-        latents += F.linear(F.silu(gate, inplace=True).mul_(value), self.ffn_out_weight, self.ffn_out_bias)
-        return latents
+        return self.feed_forward.add_to(latents, workspace)
