@@ -95,3 +95,17 @@ def tiny(tiny_sizes: dict) -> dict:
 @pytest.fixture
 def accelerator() -> str:
     return "cpu"
+
+
+@pytest.fixture
+def perturb_norms_and_biases():
+    """A function adding noise to every norm weight and bias of a module, so that no folded term is trivial."""
+
+    def perturb(module: torch.nn.Module) -> torch.nn.Module:
+        with torch.no_grad():
+            for name, tensor in module.named_parameters():
+                if "norm" in name or name.endswith("bias"):
+                    tensor.add_(0.3 * torch.randn_like(tensor))
+        return module
+
+    return perturb

@@ -236,16 +236,18 @@ def _plain_encode(module: SCTrilemmaModule, crop, library: torch.Tensor) -> torc
 @pytest.mark.parametrize("budget", [64, 16384])
 @pytest.mark.parametrize("n_heads", [4, 32])  # absorbed attention (H K < d + K) and the projected fallback
 def test_eval_encoder_matches_plain_path(
-    small_adata: ad.AnnData, tiny: dict, budget: int, n_heads: int, monkeypatch: pytest.MonkeyPatch
+    small_adata: ad.AnnData,
+    tiny: dict,
+    budget: int,
+    n_heads: int,
+    monkeypatch: pytest.MonkeyPatch,
+    perturb_norms_and_biases,
 ) -> None:
     """Grouping cells by length, bounded token groups and absorbed attention compute the same function."""
     monkeypatch.setattr("sctrilemma.module._module.EVAL_TOKEN_BUDGET", budget)
     torch.manual_seed(0)
     module = SCTrilemmaModule(small_adata.n_vars, **{**tiny, "n_heads": n_heads, "n_encoder_layers": 2}, prior="normal")
-    with torch.no_grad():
-        for name, tensor in module.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                tensor.add_(0.3 * torch.randn_like(tensor))
+    perturb_norms_and_biases(module)
     module.eval()
     module.precision = "fp32"
     x = _tensors(small_adata)["X"][:48]
@@ -306,16 +308,14 @@ def test_eval_decoder_matches_plain_path(
     decoder_query: str,
     n_heads: int,
     monkeypatch: pytest.MonkeyPatch,
+    perturb_norms_and_biases,
 ) -> None:
     """Chunked evaluation with keys and values folded into the projections computes the plain decoder."""
     monkeypatch.setattr("sctrilemma.module._module.DECODE_TOKEN_BUDGET", budget)
     torch.manual_seed(0)
     sizes = {**tiny, "n_heads": n_heads, "n_decoder_layers": 2}
     module = SCTrilemmaModule(small_adata.n_vars, **sizes, decoder_query=decoder_query, prior="normal")
-    with torch.no_grad():
-        for name, tensor in module.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                tensor.add_(0.3 * torch.randn_like(tensor))
+    perturb_norms_and_biases(module)
     module.eval()
     module.precision = "fp32"
     plain_flops, folded_flops = module.decoder[0].attention.short_context_flops(120, tiny["n_latent_tokens"])

@@ -99,13 +99,10 @@ def test_swiglu_formula_and_shape() -> None:
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_absorbed_attention_matches_projected_context(masked: bool) -> None:
+def test_absorbed_attention_matches_projected_context(masked: bool, perturb_norms_and_biases) -> None:
     torch.manual_seed(0)
     block = CrossAttentionBlock(32, n_heads=4, dropout_rate=0.1).eval()
-    with torch.no_grad():
-        for name, tensor in block.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                tensor.add_(0.3 * torch.randn_like(tensor))
+    perturb_norms_and_biases(block)
     queries, context = torch.randn(3, 5, 32), 2.0 * torch.randn(3, 11, 32)
     mask = torch.arange(11) < torch.tensor([[11], [7], [1]]) if masked else None
     with torch.no_grad():
@@ -117,14 +114,11 @@ def test_absorbed_attention_matches_projected_context(masked: bool) -> None:
     assert plain == 4 * 11 * 32 * 32 + 4 * 5 * 11 * 32
 
 
-def test_short_context_block_matches_the_block() -> None:
+def test_short_context_block_matches_the_block(perturb_norms_and_biases) -> None:
     """Keys and values folded into the projections per cell give the block's output, and bf16 stays close."""
     torch.manual_seed(0)
     block = CrossAttentionBlock(32, n_heads=4, dropout_rate=0.1).eval()
-    with torch.no_grad():
-        for name, tensor in block.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                tensor.add_(0.3 * torch.randn_like(tensor))
+    perturb_norms_and_biases(block)
     queries, context = torch.randn(3, 40, 32), 2.0 * torch.randn(3, 4, 32)
     with torch.no_grad():
         expected = block(queries, context)
