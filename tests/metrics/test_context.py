@@ -7,11 +7,13 @@ from numpy.testing import assert_allclose
 from scipy.spatial.distance import cdist
 from sklearn.decomposition import PCA
 from sklearn.metrics import silhouette_samples
+from sklearn.model_selection import KFold
 from sklearn.neighbors import NearestNeighbors
 
 from sctrilemma.metrics._context import (
     bras,
     conditional_ilisi,
+    depth_r2,
     ilisi,
     log1p_cp10k_pca,
     modality_asw,
@@ -258,3 +260,64 @@ def test_modality_metrics_need_two_modalities(fn, name):
     X, _, strata = _modalities(shift=1.0)
     with pytest.raises(MetricSkipped, match=f"^{name} cannot be computed: `modality` has 1 distinct modality levels"):
         fn(X, np.full(strata.size, "scRNA"), strata)
+
+
+def _depth(n: int = 600, seed: int = 0) -> tuple[np.ndarray, np.random.Generator]:
+    """Log-normal library sizes around 5,000 counts, and the generator for the embeddings built on them."""
+    rng = np.random.default_rng(seed)
+    return np.round(np.exp(rng.normal(np.log(5000), 0.6, n))) + 1, rng
+
+
+def depth_r2_reference(X: np.ndarray, library_size: np.ndarray, *, n_splits: int, seed: int) -> float:
+    """Least squares with an intercept fitted by numpy on each training fold; R^2 of the pooled held-out predictions."""
+    y = np.log(library_size)
+    design = np.column_stack([np.ones(len(y)), X])
+    predicted = np.empty_like(y)
+    for train, test in KFold(n_splits=n_splits, shuffle=True, random_state=seed).split(X):
+        coef = np.linalg.lstsq(design[train], y[train], rcond=None)[0]
+        predicted[test] = design[test] @ coef
+    return 1 - ((y - predicted) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+
+
+def test_depth_r2_linear_depth_is_near_one_independent_is_near_zero():
+    library, rng = _depth()
+    encoded = np.column_stack([2 * np.log(library) + 3, rng.normal(size=(library.size, 5))])
+    assert depth_r2(encoded + rng.normal(scale=0.01, size=encoded.shape), library) > 0.99
+    library, rng = _depth(n=2000, seed=1)
+    independent = rng.normal(size=(library.size, 8))
+    assert abs(depth_r2(independent, library)) <= 0.05
+
+
+def test_depth_r2_matches_numpy_least_squares_on_the_same_folds():
+    library, rng = _depth(n=300, seed=2)
+    X = np.column_stack([np.log(library) + rng.normal(size=library.size), rng.normal(size=(library.size, 4))])
+    expected = depth_r2_reference(X, library, n_splits=4, seed=7)
+    assert 0.1 < expected < 0.5  # a partial depth signal, so the parity check is not at an extreme
+    assert_allclose(depth_r2(X, library, n_splits=4, seed=7), expected, rtol=1e-10)
+    # Least squares: any invertible linear map of the embedding gives the same score.
+    mixed = X @ rng.normal(size=(5, 5)) * 1e3
+    assert_allclose(depth_r2(mixed, library, n_splits=4, seed=7), expected, rtol=1e-8)
+
+
+def test_depth_r2_errors():
+    library, rng = _depth(n=100)
+    X = rng.normal(size=(100, 3))
+    with pytest.raises(ValueError, match="`library_size` has 1 non-positive values"):
+        depth_r2(X, np.r_[library[:-1], 0.0])
+    with pytest.raises(ValueError, match="`library_size` has 2 non-positive values"):
+        depth_r2(X, np.r_[library[:-2], -1.0, 0.0])
+    with pytest.raises(ValueError, match="`library_size` has 99 entries but the embedding has 100 rows"):
+        depth_r2(X, library[:-1])
+    with pytest.raises(ValueError, match="`library_size` has 1 missing values"):
+        depth_r2(X, np.r_[library[:-1], np.nan])
+    with pytest.raises(ValueError, match="`library_size` contains infinite values"):
+        depth_r2(X, np.r_[library[:-1], np.inf])
+    with pytest.raises(ValueError, match="`library_size` must be numeric"):
+        depth_r2(X, library.astype(str))
+    with pytest.raises(ValueError, match="`n_splits` must be an integer between 2 and n_obs=100; got 1"):
+        depth_r2(X, library, n_splits=1)
+    with pytest.raises(MetricSkipped, match="Depth R\\^2 cannot be computed: the smallest training fold holds 8 cells"):
+        depth_r2(rng.normal(size=(10, 7)), library[:10])  # 8 cells for 7 coefficients and an intercept
+    assert np.isfinite(depth_r2(rng.normal(size=(10, 6)), library[:10]))
+    with pytest.raises(MetricSkipped, match="same library size"):
+        depth_r2(X, np.full(100, 1000))

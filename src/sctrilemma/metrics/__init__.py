@@ -9,7 +9,16 @@ from ._cohort import (
     residual_donor_invariance,
     state_retrieval,
 )
-from ._context import bras, conditional_ilisi, ilisi, log1p_cp10k_pca, modality_asw, modality_r2, pcr_comparison
+from ._context import (
+    bras,
+    conditional_ilisi,
+    depth_r2,
+    ilisi,
+    log1p_cp10k_pca,
+    modality_asw,
+    modality_r2,
+    pcr_comparison,
+)
 from ._errors import MetricSkipped
 from ._fidelity import (
     contrast_logfc,
@@ -47,6 +56,7 @@ __all__ = [
     "conditional_ilisi",
     "contrast_logfc",
     "deg_sign_concordance",
+    "depth_r2",
     "differential_expression_concordance",
     "donor_centering",
     "exact_neighbors",

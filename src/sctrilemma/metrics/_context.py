@@ -1,7 +1,9 @@
-"""Context-invariance metrics: BRAS, iLISI and PCR comparison (RQ1), and the modality metrics of the RQ3 supplement.
+"""Context-invariance metrics: BRAS, iLISI and PCR comparison (RQ1), the modality metrics of the RQ3 supplement, and
+sequencing-depth R^2.
 
 BRAS, iLISI, PCR comparison and modality ASW delegate to ``scib_metrics``, whose definitions match the paper's
 (Appendix C.2 and C.5 of :cite:p:`sctrilemma`); modality R^2 and conditional iLISI have no scib-metrics counterpart.
+Depth R^2 is not a paper metric; it is a cross-validated linear regression with scikit-learn.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 from scvi.utils import dependencies
 from sklearn.decomposition import PCA
+from sklearn.linear_model import LinearRegression
+from sklearn.model_selection import KFold, cross_val_predict
 from sklearn.neighbors import NearestNeighbors
 
 from sctrilemma._validation import check_counts
@@ -182,6 +186,69 @@ def pcr_comparison(
         # The paper clips negative comparisons to 0 as scib-metrics does; its per-call warning is noise here.
         warnings.filterwarnings("ignore", message="PCR comparison score is negative")
         return float(scib_metrics.pcr_comparison(pre, X_post, donors, scale=True, categorical=True))
+
+
+def depth_r2(X: ArrayLike, library_size: ArrayLike, *, n_splits: int = 5, seed: int = 0) -> float:
+    """Sequencing-depth R^2: how well a cross-validated linear read-out of the embedding recovers log library size.
+
+    ``y = log(library_size)`` is regressed on the embedding by ordinary least squares with an intercept in a
+    shuffled, seeded ``n_splits``-fold split (scikit-learn ``KFold``); each cell is predicted by the fit on the other
+    folds, and the pooled out-of-fold predictions give ``R^2 = 1 - sum_i (y_i - yhat_i)^2 / sum_i (y_i - mean(y))^2``.
+
+    Parameters
+    ----------
+    X
+        Embedding of shape ``(n_obs, n_features)``.
+    library_size
+        Total raw counts of each cell, shape ``(n_obs,)``; every value must be positive.
+    n_splits
+        Number of cross-validation folds.
+    seed
+        Seed of the fold shuffle.
+
+    Returns
+    -------
+    Score of at most 1; lower is better (the embedding should not encode sequencing depth). 1 means log depth is a
+    linear function of the embedding, 0 that the read-out does no better than the mean depth. Not clipped at 0: an
+    embedding without depth signal scores slightly below 0 (the out-of-fold noise of the fit, about
+    ``-n_features / n_obs``), so read all values at or below 0 as "no linear depth signal".
+
+    Notes
+    -----
+    Ordinary least squares rather than ridge: it has no tuning constant and is invariant to any invertible linear map
+    of the embedding (scale, rotation), so methods whose embeddings differ in scale are compared alike, where a fixed
+    ridge penalty would shrink small-scale embeddings more. Cross-validation is the guard against overfitting, which
+    needs more cells in every training fold than ``n_features + 1``.
+    """
+    X = check_embedding(X)
+    library_size = check_labels(library_size, X.shape[0], name="library_size")
+    if library_size.dtype.kind not in "biuf":
+        raise ValueError(f"`library_size` must be numeric (total counts per cell); got dtype {library_size.dtype}.")
+    library_size = library_size.astype(np.float64)
+    if not np.isfinite(library_size).all():
+        raise ValueError("`library_size` contains infinite values; pass each cell's finite total counts.")
+    if (library_size <= 0).any():
+        raise ValueError(
+            f"`library_size` has {int((library_size <= 0).sum())} non-positive values (min {library_size.min():.3g}); "
+            "log depth is undefined for them. Remove cells with zero total counts."
+        )
+    if isinstance(n_splits, bool) or not isinstance(n_splits, int | np.integer) or not 2 <= n_splits <= X.shape[0]:
+        raise ValueError(f"`n_splits` must be an integer between 2 and n_obs={X.shape[0]}; got {n_splits!r}.")
+    n_obs, n_features = X.shape
+    # KFold makes the first n_obs % n_splits folds one cell larger; the smallest training set is the rest.
+    min_train = n_obs - int(np.ceil(n_obs / n_splits))
+    if min_train <= n_features + 1:
+        raise skip(
+            "Depth R^2",
+            f"the smallest training fold holds {min_train} cells for an embedding of {n_features} dimensions; least "
+            "squares needs more than n_features + 1 (use more cells or fewer folds).",
+        )
+    y = np.log(library_size)
+    if np.ptp(y) == 0:
+        raise skip("Depth R^2", "every cell has the same library size, so there is no depth variance to explain.")
+    folds = KFold(n_splits=n_splits, shuffle=True, random_state=seed)
+    predicted = cross_val_predict(LinearRegression(), X, y, cv=folds)
+    return float(1 - ((y - predicted) ** 2).sum() / ((y - y.mean()) ** 2).sum())
 
 
 def _strata(modality: np.ndarray, strata: np.ndarray, *, metric: str) -> list[np.ndarray]:
