@@ -35,6 +35,14 @@ def test_scorecard_separates_good_from_random(scored):
     assert means["perfect", "nmi"] > 0.9 > means["random", "nmi"]
     assert means["perfect", "asw_label"] > means["random", "asw_label"]
     assert means["random", "bras"] > 0.8  # random points are well mixed across donors
+    depth = results[results["metric"] == "depth_r2"].set_index("method")
+    assert set(depth.index) == {"perfect", "random"}
+    assert (depth["demand"] == "context invariance").all()
+    assert (depth["n_repeats"] == 2).all()
+    assert abs(depth.loc["random", "mean"]) <= 0.05
+    # Cell types differ in depth in these PBMCs (monocytes hold more RNA), so a pure cell-type embedding recovers
+    # part of it: depth R^2 measures all linear depth signal, biological or technical.
+    assert 0.2 < depth.loc["perfect", "mean"] < 0.7
     assert means["perfect", "logfc_spearman"] == pytest.approx(1.0)
     assert means["perfect", "deg_jaccard"] == pytest.approx(1.0)
     assert means["perfect", "reconstruction_mae"] == pytest.approx(0.0, abs=1e-6)
@@ -45,6 +53,7 @@ def test_scorecard_separates_good_from_random(scored):
     assert any(s.metric == "pathways" and "no gene sets" in s.reason for s in card.skipped)
     markdown = card.to_markdown()
     assert "| identity | nmi |" in markdown
+    assert "| context invariance | depth_r2 (lower is better) |" in markdown
     assert "Skipped:" in markdown
     figure = card.plot_results()
     assert len(figure.axes) == 3
@@ -67,6 +76,36 @@ def test_undefined_metrics_are_reported(scored):
     assert "bras" in skipped
     assert "ilisi" in skipped
     assert "nmi" in set(card.get_results()["metric"])
+
+
+def test_depth_r2_follows_the_library_size_and_reports_empty_cells(scored):
+    library = np.asarray(scored.X.sum(axis=1)).ravel()
+    rng = np.random.default_rng(1)
+    scored.obsm["depth"] = np.column_stack([np.log(library), rng.normal(size=(scored.n_obs, 3))])
+    only_depth = {
+        "identity": Identity(
+            nmi_ari=False, asw_label=False, clisi=False, isolated_labels=False, celltype_retrieval=False
+        ),
+        "context": ContextInvariance(
+            bras=False,
+            ilisi=False,
+            pcr_comparison=False,
+            residual_donor_invariance=False,
+            conditional_donor_bras=False,
+            local_donor_mixing=False,
+        ),
+    }
+    card = Scorecard(scored, ["depth", "random"], "cell_type", "donor", **only_depth, **FAST)
+    card.benchmark()
+    means = card.get_results().set_index(["method", "metric"])["mean"]
+    assert means["depth", "depth_r2"] == pytest.approx(1.0)
+    assert not card.skipped
+    scored.layers["counts"] = scored.X.toarray()
+    scored.layers["counts"][::10] = 0  # empty cells: log depth is undefined, so the metric is skipped with the reason
+    card = Scorecard(scored, ["depth"], "cell_type", "donor", counts_layer="counts", **only_depth, **FAST)
+    card.benchmark()
+    assert [(s.method, s.metric) for s in card.skipped] == [("depth", "depth_r2")]
+    assert "non-positive" in card.skipped[0].reason
 
 
 def test_scorecard_input_errors(scored):

@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 IDENTITY, CONTEXT, FIDELITY = "identity", "context invariance", "expression fidelity"
 DEMANDS = (IDENTITY, CONTEXT, FIDELITY)
+# Every other metric is higher-is-better; these are labelled "(lower is better)" in the Markdown table and the plot.
+LOWER_IS_BETTER = frozenset({"depth_r2"})
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Identity:
 
 @dataclass(frozen=True)
 class ContextInvariance:
-    """Context-invariance metrics to compute (paper RQ1/RQ3)."""
+    """Context-invariance metrics to compute (paper RQ1/RQ3, plus sequencing-depth R^2, lower is better)."""
 
     bras: bool = True
     ilisi: bool = True
@@ -47,6 +49,7 @@ class ContextInvariance:
     residual_donor_invariance: bool = True
     conditional_donor_bras: bool = True
     local_donor_mixing: bool = True
+    depth_r2: bool = True
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,9 @@ class Scorecard:
     label-stratified samples (at most ``max_cells`` cells, ``max_per_label`` per label) and reported
     with their standard deviation; fidelity metrics are computed once on the first sample. A metric
     that cannot be computed is reported with the reason in the ``skipped`` list (:class:`Skipped`
-    records), never dropped silently.
+    records), never dropped silently. All metrics are higher-is-better except those in
+    ``LOWER_IS_BETTER`` (``depth_r2``, the cross-validated R^2 of log library size, the per-cell total
+    of the count matrix, from the embedding), which the table and plot label as such.
 
     Parameters
     ----------
@@ -173,6 +178,9 @@ class Scorecard:
             (CONTEXT, "residual_donor_invariance"): lambda X, y, d, s, c: metrics.residual_donor_invariance(X, y, d, s),
             (CONTEXT, "conditional_donor_bras"): lambda X, y, d, s, c: metrics.conditional_donor_bras(X, y, d, s),
             (CONTEXT, "local_donor_mixing"): lambda X, y, d, s, c: metrics.local_donor_mixing(X, y, d, s),
+            (CONTEXT, "depth_r2"): lambda X, y, d, s, c: metrics.depth_r2(
+                X, np.asarray(c.sum(axis=1)).ravel(), seed=self.seed
+            ),
         }
         selected = {(IDENTITY, f.name) for f in fields(self.identity) if getattr(self.identity, f.name)}
         selected |= {(CONTEXT, f.name) for f in fields(self.context) if getattr(self.context, f.name)}
@@ -212,7 +220,7 @@ class Scorecard:
             for index in samples:
                 X, y, d = embedding[index], labels[index], donors[index]
                 s = None if states is None else states[index]
-                c = self.counts[index] if self.context.pcr_comparison else None
+                c = self.counts[index] if self.context.pcr_comparison or self.context.depth_r2 else None
                 scores: dict = {}
                 for demand, name, function in plan:
                     scores.update(self._record(method, demand, name, partial(function, X, y, d, s, c)))
@@ -311,8 +319,13 @@ class Scorecard:
         )
         lines = ["| demand | metric | " + " | ".join(table.columns) + " |", "|---|---|" + "---|" * len(table.columns)]
         for (demand, metric), row in table.iterrows():
-            lines.append(f"| {demand} | {metric} | " + " | ".join(str(v) if pd.notna(v) else "–" for v in row) + " |")
-        lines += ["", "Mean ± SD over stratified samples; – means not applicable (fidelity needs a reconstruction)."]
+            cells = " | ".join(str(v) if pd.notna(v) else "–" for v in row)
+            lines.append(f"| {demand} | {_label(metric)} | {cells} |")
+        lines += [
+            "",
+            "Mean ± SD over stratified samples; – means not applicable (fidelity needs a reconstruction). Higher is "
+            "better unless the metric says otherwise.",
+        ]
         if self.skipped:
             lines += ["", "Skipped:"] + [f"- {s.method}: {s.metric} — {s.reason}" for s in self.skipped]
         return "\n".join(lines)
@@ -336,7 +349,7 @@ class Scorecard:
                 rows = part[part["method"] == method].set_index("metric").reindex(names)
                 ax.bar(np.arange(len(names)) + i * width, rows["mean"], width, yerr=rows["sd"].fillna(0), label=method)
             ax.set_xticks(np.arange(len(names)) + width * (len(methods) - 1) / 2)
-            ax.set_xticklabels(names, rotation=45, ha="right")
+            ax.set_xticklabels([_label(name) for name in names], rotation=45, ha="right")
             ax.set_title(demand)
         handles, names = axes[0][0].get_legend_handles_labels()
         figure.tight_layout()
@@ -344,6 +357,11 @@ class Scorecard:
         if path is not None:
             figure.savefig(path, dpi=120, bbox_inches="tight")
         return figure
+
+
+def _label(metric: str) -> str:
+    """The metric's name, marked when lower values are better."""
+    return f"{metric} (lower is better)" if metric in LOWER_IS_BETTER else metric
 
 
 def _mean_over_groups(groups: np.ndarray, score: Callable[[str], dict[str, float]]) -> dict[str, float]:
