@@ -74,6 +74,9 @@ class SCTrilemma(
         Attention heads.
     dropout_rate
         Dropout rate.
+    n_decoder_targets
+        Decoder targets per cell in training: ``None`` reconstructs the paper's crop; a number samples
+        that many genes per cell with weights (see :class:`~sctrilemma.module.SCTrilemmaModule`).
     prior
         ``"pseudobulk"`` (PB-Cond), ``"normal"``, or ``"shuffled"`` (PB-Cond with a global random
         permutation of groups to codes, a control).
@@ -116,6 +119,7 @@ class SCTrilemma(
         n_decoder_layers: int | None = None,
         n_heads: int | None = None,
         dropout_rate: float | None = None,
+        n_decoder_targets: int | None = None,
         prior: PriorOption = "pseudobulk",
         n_prior_codes: int = 32,
         gene_encoding: GeneEncoding = "gate",
@@ -136,6 +140,7 @@ class SCTrilemma(
                 "n_decoder_layers": n_decoder_layers,
                 "n_heads": n_heads,
                 "dropout_rate": dropout_rate,
+                "n_decoder_targets": n_decoder_targets,
             },
         )
         self.prior_ = prior

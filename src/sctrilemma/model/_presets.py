@@ -8,7 +8,7 @@ import torch
 
 Preset = Literal["paper", "small"]
 
-PRESETS: dict[str, dict[str, int | float]] = {
+PRESETS: dict[str, dict[str, int | float | None]] = {
     # The paper's configuration (Appendix B, Table "Architecture settings").
     "paper": {
         "n_hidden": 512,
@@ -18,6 +18,7 @@ PRESETS: dict[str, dict[str, int | float]] = {
         "n_decoder_layers": 3,
         "n_heads": 8,
         "dropout_rate": 0.1,
+        "n_decoder_targets": None,
     },
     # Same architecture, sized to train on a laptop CPU in minutes.
     "small": {
@@ -27,7 +28,8 @@ PRESETS: dict[str, dict[str, int | float]] = {
         "n_encoder_layers": 2,
         "n_decoder_layers": 1,
         "n_heads": 4,
-        "dropout_rate": 0.1,
+        "dropout_rate": 0.0,
+        "n_decoder_targets": 128,
     },
 }
 
@@ -36,8 +38,8 @@ PRESETS: dict[str, dict[str, int | float]] = {
 # the small preset trains for a few hundred steps on a CPU, where a larger step learns far more
 # (benchmarks/example_quality.py: cell-type kNN accuracy 0.74 at 2e-4 vs 0.87 at 1e-3 after 20 epochs).
 TRAINING_DEFAULTS: dict[str, dict[str, float]] = {
-    "paper": {"lr": 2e-4},
-    "small": {"lr": 1e-3},
+    "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500},
+    "small": {"lr": 1e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100},
 }
 
 
@@ -53,7 +55,7 @@ def recipe_trainer_kwargs(trainer_kwargs: dict, uses_cuda: bool) -> dict:
     return {**recipe, **trainer_kwargs}
 
 
-def resolve_preset(preset: str, overrides: dict[str, int | float | None]) -> dict[str, int | float]:
+def resolve_preset(preset: str, overrides: dict[str, int | float | None]) -> dict[str, int | float | None]:
     """The preset's sizes with every non-``None`` override applied."""
     if preset not in PRESETS:
         raise ValueError(f"`preset` must be one of {sorted(PRESETS)}, got {preset!r}.")

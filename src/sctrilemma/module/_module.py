@@ -16,7 +16,7 @@ from torch.distributions import Normal
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
-from sctrilemma.module._tokens import GeneCrop, expressed_crop, log_normalize, training_crop
+from sctrilemma.module._tokens import GeneCrop, expressed_crop, log_normalize, target_sample, training_crop
 from sctrilemma.nn import (
     CrossAttentionBlock,
     ExpressionGate,
@@ -68,6 +68,12 @@ class SCTrilemmaModule(BaseModuleClass):
         Width ``M`` of the pseudo-bulk code.
     gene_encoding, decoder_query, pooling
         Component switches; the paper's model is ``"gate"``, ``"gate"``, ``"mean"``.
+    n_decoder_targets
+        ``None`` (the paper): in training the encoder reads the paper's random crop and the decoder
+        reconstructs the same crop, with the softmax and library taken over the crop. A number ``T``:
+        the encoder reads each cell's top-``crop_size`` expressed genes in training as in embedding,
+        and the decoder reconstructs ``T`` genes per cell sampled by :func:`~sctrilemma.module.target_sample`,
+        weighted so that the likelihood estimates the one over all genes with the cell's whole library.
 
     Notes
     -----
@@ -92,6 +98,7 @@ class SCTrilemmaModule(BaseModuleClass):
         gene_encoding: GeneEncoding = "gate",
         decoder_query: DecoderQuery = "gate",
         pooling: Pooling = "mean",
+        n_decoder_targets: int | None = None,
     ) -> None:
         super().__init__()
         if prior not in ("pseudobulk", "normal"):
@@ -101,6 +108,9 @@ class SCTrilemmaModule(BaseModuleClass):
                             "n_decoder_layers": n_decoder_layers, "n_heads": n_heads}.items():  # fmt: skip
             if int(value) < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value}.")
+        if n_decoder_targets is not None and int(n_decoder_targets) < 4:
+            raise ValueError(f"`n_decoder_targets` must be None or an integer >= 4, got {n_decoder_targets}.")
+        self.n_decoder_targets = n_decoder_targets
         self.n_input = n_input
         self.n_hidden = n_hidden
         self.n_latent_tokens = n_latent_tokens
@@ -175,6 +185,12 @@ class SCTrilemmaModule(BaseModuleClass):
     def _encode_plain(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
         tokens = self.expression_gate(self.gene_embedding(crop.genes), log_normalize(crop.counts, library))
         latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
+        eps = {block.norm_context.eps for block in self.encoder}
+        if len(eps) == 1:  # normalise the long context once for all blocks (the same function)
+            unit_context = unit_rms(tokens, eps.pop())
+            for block in self.encoder:
+                latents = block(latents, unit_context, crop.mask, unit_context=True)
+            return latents
         for block in self.encoder:
             latents = block(latents, tokens, crop.mask)
         return latents
@@ -241,14 +257,20 @@ class SCTrilemmaModule(BaseModuleClass):
     def inference(self, x: torch.Tensor, n_samples: int = 1, crop: GeneCrop | None = None) -> dict:
         """Encode a count batch ``x`` ``(batch, n_genes)``.
 
-        In training mode the tokens are the paper's random training crop and ``z`` is sampled; in
-        eval mode they are each cell's top expressed genes and ``z`` is the posterior mean (sampled
-        only when ``n_samples > 1``). ``"qz"`` and ``"z"`` are the pooled cell-level quantities
+        In eval mode the tokens are each cell's top expressed genes and ``z`` is the posterior mean
+        (sampled only when ``n_samples > 1``); in training mode ``z`` is sampled and the tokens are the
+        paper's random training crop, or the same top expressed genes with ties broken at random when
+        :attr:`n_decoder_targets` is set. ``"qz"`` and ``"z"`` are the pooled cell-level quantities
         (``r`` and ``s`` of the paper); the token-level ones are under their own keys.
         """
         library = x.sum(dim=1, keepdim=True)
         if crop is None:
-            crop = training_crop(x, self.crop_size) if self.training else expressed_crop(x, self.crop_size)
+            if not self.training:
+                crop = expressed_crop(x, self.crop_size)
+            elif self.n_decoder_targets is None:
+                crop = training_crop(x, self.crop_size)
+            else:
+                crop = expressed_crop(x, self.crop_size, random_ties=True)
         q_mean, q_logvar = self.encode(crop, library)
         q_std = torch.exp(0.5 * q_logvar)
         if n_samples > 1:
@@ -338,14 +360,18 @@ class SCTrilemmaModule(BaseModuleClass):
         return logits
 
     def _get_generative_input(self, tensors: dict[str, torch.Tensor], inference_outputs: dict) -> dict:
-        crop = inference_outputs[KEYS.CROP_KEY]
-        if not self.training:
+        target = inference_outputs[KEYS.CROP_KEY]
+        x = tensors[REGISTRY_KEYS.X_KEY].to(target.counts.device)
+        if self.n_decoder_targets is not None:
+            target = target_sample(x, self.n_decoder_targets)
+        elif not self.training:
             # The embedding crop has no zero genes; score reconstruction on a training-style crop.
-            crop = training_crop(tensors[REGISTRY_KEYS.X_KEY].to(crop.counts.device), self.crop_size)
+            target = training_crop(x, self.crop_size)
         return {
             "z_tokens": inference_outputs[KEYS.Z_TOKENS_KEY],
             "pooled_sample": inference_outputs["z"],
-            "target": crop,
+            "target": target,
+            "library": x.sum(1, keepdim=True),
         }
 
     @auto_move_data
@@ -354,10 +380,15 @@ class SCTrilemmaModule(BaseModuleClass):
         z_tokens: torch.Tensor,
         pooled_sample: torch.Tensor,
         target: GeneCrop,
+        library: torch.Tensor | None = None,
         transform_batch: torch.Tensor | None = None,
     ) -> dict:
-        """ZINB over the ``target`` genes: softmax proportions times the raw total over those genes.
+        """ZINB over the ``target`` genes.
 
+        For the paper's crop (``target.weights`` is ``None``): softmax proportions over the crop times
+        the raw total over the crop. For a weighted :func:`~sctrilemma.module.target_sample`: proportions
+        of the whole transcriptome, whose softmax normaliser is estimated from the weighted targets,
+        times the cell's whole raw ``library`` ``(batch, 1)``.
         ``transform_batch`` is accepted for scvi-tools compatibility and has no effect: the model
         has no batch covariate.
         """
@@ -370,10 +401,20 @@ class SCTrilemmaModule(BaseModuleClass):
         mean_logit, zi_logit = logits.unbind(-1)
         if target.mask is not None:
             mean_logit = mean_logit.masked_fill(~target.mask, float("-inf"))
-        proportions = torch.softmax(mean_logit, dim=-1)
-        library = (target.counts * (1.0 if target.mask is None else target.mask)).sum(-1, keepdim=True)
+        if target.weights is None:
+            proportions = torch.softmax(mean_logit, dim=-1)
+            library = (target.counts * (1.0 if target.mask is None else target.mask)).sum(-1, keepdim=True)
+        else:
+            if library is None:
+                raise ValueError("A weighted target sample needs the cells' whole `library`.")
+            # Horvitz-Thompson estimate of the normaliser over all genes: log sum_g w_g exp(logit_g).
+            log_normaliser = torch.logsumexp(mean_logit + target.weights.log(), dim=-1, keepdim=True)
+            proportions = torch.exp(mean_logit - log_normaliser)
+        mean = proportions * library
+        if target.mask is not None:  # a finite mean at masked positions keeps their (unused) NLL finite
+            mean = torch.where(target.mask, mean, torch.ones_like(mean))
         px = ZeroInflatedNegativeBinomial(
-            mu=proportions * library,
+            mu=mean,
             theta=F.softplus(self.px_r)[target.genes],
             zi_logits=zi_logit,
             scale=proportions,
@@ -425,6 +466,8 @@ class SCTrilemmaModule(BaseModuleClass):
         nll = -px.log_prob(target.counts)
         if target.mask is not None:
             nll = torch.where(target.mask, nll, torch.zeros_like(nll))
+        if target.weights is not None:  # an unbiased estimate of the NLL summed over all genes
+            nll = nll * target.weights
         reconstruction = nll.sum(-1)
         if reconstruction.dim() > 1:  # several posterior samples
             reconstruction = reconstruction.mean(0)

@@ -115,7 +115,11 @@ class CrossAttention(nn.Module):
         return x.view(b, n, self.n_heads, -1).transpose(1, 2)
 
     def forward(
-        self, queries: torch.Tensor, context: torch.Tensor, context_mask: torch.Tensor | None = None
+        self,
+        queries: torch.Tensor,
+        context: torch.Tensor,
+        context_mask: torch.Tensor | None = None,
+        context_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Attend.
 
@@ -127,13 +131,17 @@ class CrossAttention(nn.Module):
             Key/value tokens, shape ``(batch, n_context, n_hidden)``.
         context_mask
             Boolean ``(batch, n_context)``; ``True`` marks tokens that may be attended to.
+        context_scale
+            ``(n_hidden,)`` factor applied to ``context`` features before the key/value projection,
+            folded into its weight (a preceding RMSNorm's weight).
 
         Returns
         -------
         Updated queries, shape ``(batch, n_queries, n_hidden)``.
         """
         q = self._split_heads(self.to_q(queries))
-        k, v = (self._split_heads(t) for t in self.to_kv(context).chunk(2, dim=-1))
+        kv_weight = self.to_kv.weight if context_scale is None else self.to_kv.weight * context_scale
+        k, v = (self._split_heads(t) for t in F.linear(context, kv_weight, self.to_kv.bias).chunk(2, dim=-1))
         attn_mask = None if context_mask is None else context_mask[:, None, None, :]
         if self.training and self.dropout_rate > 0.0 and q.device.type == "cpu":
             # Same as SDPA's math path with dropout, with the cheaper CPU dropout mask.
@@ -180,10 +188,24 @@ class CrossAttentionBlock(nn.Module):
         self.ffn = SwiGLU(n_hidden, n_ffn=int(ffn_multiplier * n_hidden), dropout_rate=dropout_rate)
 
     def forward(
-        self, queries: torch.Tensor, context: torch.Tensor, context_mask: torch.Tensor | None = None
+        self,
+        queries: torch.Tensor,
+        context: torch.Tensor,
+        context_mask: torch.Tensor | None = None,
+        *,
+        unit_context: bool = False,
     ) -> torch.Tensor:
-        """Update ``queries`` ``(batch, n_queries, n_hidden)`` from ``context`` ``(batch, n_context, n_hidden)``."""
-        queries = queries + self.attention(self.norm_queries(queries), self.norm_context(context), context_mask)
+        """Update ``queries`` ``(batch, n_queries, n_hidden)`` from ``context`` ``(batch, n_context, n_hidden)``.
+
+        With ``unit_context=True``, ``context`` is already :func:`unit_rms`-normalised (with this block's
+        ``eps``): the context norm's weight is then folded into the key/value projection, so blocks sharing
+        one long context normalise it once (the encoder in training).
+        """
+        if unit_context:
+            attended = self.attention(self.norm_queries(queries), context, context_mask, self.norm_context.weight)
+        else:
+            attended = self.attention(self.norm_queries(queries), self.norm_context(context), context_mask)
+        queries = queries + attended
         return queries + self.ffn(self.norm_ffn(queries))
 
 

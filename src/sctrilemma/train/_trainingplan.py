@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from lightning.pytorch.callbacks import Timer
 from scvi.train import TrainingPlan
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -12,26 +13,46 @@ if TYPE_CHECKING:
     from scvi.module.base import BaseModuleClass
 
 
-def warmup_cosine(step: int, *, total_steps: int, warmup_steps: int) -> float:
-    """Learning-rate factor: linear warm-up over ``warmup_steps``, then cosine decay to 0 at ``total_steps``."""
+def warmup_cosine(step: int, *, total_steps: int | float, warmup_steps: int, time_progress: float = 0.0) -> float:
+    """Learning-rate factor: linear warm-up over ``warmup_steps``, then cosine decay to 0.
+
+    The decay follows whichever budget is spent faster: the steps (``step`` of ``total_steps``, which
+    may be infinite) or the time (``time_progress``, the fraction of a wall-clock budget used).
+    """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    step_progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    progress = min(1.0, max(step_progress, time_progress))
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def planned_warmup(fraction: float, max_steps: int, planned_steps: int | float) -> int:
+    """``fraction`` of the planned steps, at most ``max_steps``, at least 1 (``max_steps`` when unplanned)."""
+    if not math.isfinite(planned_steps):
+        return max(1, max_steps)
+    return max(1, min(max_steps, round(fraction * planned_steps)))
 
 
 class SCTrilemmaTrainingPlan(TrainingPlan):
     """:class:`~scvi.train.TrainingPlan` with the paper's optimisation recipe.
 
+    The paper warms the learning rate up over 1,250 steps and the KL weight over 2,500, 5 % and 10 %
+    of its 25,000 steps. Here each warm-up lasts that fraction of the planned steps but at most a
+    fixed number of steps, so a run stopped by ``max_time``, early stopping or a generous
+    ``max_epochs`` still leaves its warm-ups; the cosine decay then follows the step budget or the
+    ``max_time`` budget, whichever is spent faster.
+
     Parameters
     ----------
     module
         The module to train.
-    lr_warmup_fraction
-        Fraction of all optimisation steps with a linear learning-rate warm-up; cosine decay follows.
-    kl_warmup_fraction
-        Fraction of all steps over which the KL weight rises linearly from ``min_kl_weight`` to
-        ``max_kl_weight``. Ignored when ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
+    lr_warmup_fraction, max_lr_warmup_steps
+        Linear learning-rate warm-up over ``lr_warmup_fraction`` of the planned steps, at most
+        ``max_lr_warmup_steps``; cosine decay follows.
+    kl_warmup_fraction, max_kl_warmup_steps
+        The KL weight rises linearly from ``min_kl_weight`` to ``max_kl_weight`` over
+        ``kl_warmup_fraction`` of the planned steps, at most ``max_kl_warmup_steps``. Ignored when
+        ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
     **kwargs
         Passed to :class:`~scvi.train.TrainingPlan` (``lr``, ``weight_decay``, ``max_kl_weight``, ...).
     """
@@ -48,7 +69,9 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         n_epochs_kl_warmup: int | None = None,
         n_steps_kl_warmup: int | None = None,
         lr_warmup_fraction: float = 0.05,
+        max_lr_warmup_steps: int = 1250,
         kl_warmup_fraction: float = 0.1,
+        max_kl_warmup_steps: int = 2500,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -63,19 +86,30 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
             **kwargs,
         )
         self.lr_warmup_fraction = lr_warmup_fraction
+        self.max_lr_warmup_steps = max_lr_warmup_steps
         self.kl_warmup_fraction = kl_warmup_fraction
+        self.max_kl_warmup_steps = max_kl_warmup_steps
+
+    def time_progress(self) -> float:
+        """Fraction of the trainer's ``max_time`` budget used so far (0 without one)."""
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, Timer) and callback._duration is not None:
+                return callback.time_elapsed("train") / max(callback._duration, 1e-9)
+        return 0.0
 
     def configure_optimizers(self) -> dict:
-        """AdamW with a per-step warm-up + cosine schedule, sized from the trainer's step budget."""
+        """AdamW with a per-step warm-up + cosine schedule, sized from the trainer's step and time budgets."""
         config = super().configure_optimizers()
-        total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        planned = float(self.trainer.estimated_stepping_batches)
         if self.n_epochs_kl_warmup is None and self.n_steps_kl_warmup is None:
-            self.n_steps_kl_warmup = max(1, round(self.kl_warmup_fraction * total_steps))
+            self.n_steps_kl_warmup = planned_warmup(self.kl_warmup_fraction, self.max_kl_warmup_steps, planned)
         if not self.reduce_lr_on_plateau:
-            warmup_steps = max(1, round(self.lr_warmup_fraction * total_steps))
+            warmup_steps = planned_warmup(self.lr_warmup_fraction, self.max_lr_warmup_steps, planned)
             scheduler = LambdaLR(
                 config["optimizer"],
-                lambda step: warmup_cosine(step, total_steps=total_steps, warmup_steps=warmup_steps),
+                lambda step: warmup_cosine(
+                    step, total_steps=planned, warmup_steps=warmup_steps, time_progress=self.time_progress()
+                ),
             )
             config["lr_scheduler"] = {"scheduler": scheduler, "interval": "step"}
         return config
