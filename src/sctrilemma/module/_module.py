@@ -74,6 +74,10 @@ class SCTrilemmaModule(BaseModuleClass):
         the encoder reads each cell's top-``crop_size`` expressed genes in training as in embedding,
         and the decoder reconstructs ``T`` genes per cell sampled by :func:`~sctrilemma.module.target_sample`,
         weighted so that the likelihood estimates the one over all genes with the cell's whole library.
+    posterior_logvar_init
+        Initial bias of the posterior log-variance head. ``0`` (PyTorch's default, the paper) starts
+        the latent tokens at unit noise; a negative value starts them less noisy, so a short run's
+        decoder can read the cell from its tokens before the head has learned to shrink the noise.
 
     Notes
     -----
@@ -99,6 +103,7 @@ class SCTrilemmaModule(BaseModuleClass):
         decoder_query: DecoderQuery = "gate",
         pooling: Pooling = "mean",
         n_decoder_targets: int | None = None,
+        posterior_logvar_init: float = 0.0,
     ) -> None:
         super().__init__()
         if prior not in ("pseudobulk", "normal"):
@@ -124,6 +129,8 @@ class SCTrilemmaModule(BaseModuleClass):
         self.posterior_norm = RankSyncedBatchNorm1d(n_hidden)  # global-batch statistics under DDP
         self.to_mean = nn.Linear(n_hidden, n_hidden)
         self.to_logvar = nn.Linear(n_hidden, n_hidden)
+        if posterior_logvar_init != 0.0:
+            nn.init.constant_(self.to_logvar.bias, posterior_logvar_init)
         self.pooling = TokenPooling(n_hidden, pooling=pooling)
         self.query_router = QueryRouter(n_hidden, decoder_query=decoder_query)
         self.decoder = nn.ModuleList([CrossAttentionBlock(n_hidden, **block_kwargs) for _ in range(n_decoder_layers)])
