@@ -25,6 +25,7 @@ from sctrilemma._validation import (
 )
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
+from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
 from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
@@ -351,9 +352,16 @@ class SCTrilemma(
         """
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
         if self.datamodule is not None:
-            return self._train_streamed(
-                max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
-            )
+            with quiet_lightning():
+                return self._train_streamed(
+                    max_epochs,
+                    max_steps,
+                    accelerator,
+                    devices,
+                    plan_kwargs,
+                    _uses_cuda(accelerator),
+                    **training_display_kwargs(trainer_kwargs, None),
+                )
         # Lightning does not switch modules back to training mode after load or a previous fit.
         self.module.train()
         retain_freed_memory()
@@ -370,15 +378,17 @@ class SCTrilemma(
 
             max_epochs = get_max_epochs_heuristic(self.adata.n_obs, epochs_cap=DEFAULT_EPOCHS_CAP)
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
-        super().train(
-            max_epochs=max_epochs,
-            accelerator=accelerator,
-            devices=devices,
-            batch_size=batch_size,
-            datasplitter_kwargs=datasplitter_kwargs,
-            plan_kwargs=plan_kwargs,
-            **trainer_kwargs,
-        )
+        trainer_kwargs = training_display_kwargs(trainer_kwargs, steps_per_epoch)
+        with quiet_lightning():
+            super().train(
+                max_epochs=max_epochs,
+                accelerator=accelerator,
+                devices=devices,
+                batch_size=batch_size,
+                datasplitter_kwargs=datasplitter_kwargs,
+                plan_kwargs=plan_kwargs,
+                **trainer_kwargs,
+            )
 
     def _training_split(
         self, train_size: float | None, validation_size: float | None, min_expressed_genes: int
