@@ -21,7 +21,9 @@ from sctrilemma._validation import (
     check_counts,
     check_no_empty_cells,
     check_obs_keys,
+    check_unique_var_names,
     registered_matrix_name,
+    warn_low_expression_cells,
 )
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
@@ -197,8 +199,10 @@ class SCTrilemma(
         setup_method_args = cls._get_setup_method_args(**locals())
         if not kwargs.get("source_registry"):
             check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
+            check_unique_var_names(adata.var_names, adata.var, where="adata")
             matrix = adata.X if layer is None else _layer(adata, layer)
             check_counts(matrix, where=registered_matrix_name(adata, layer))
+            _warn_low_expression_cells(matrix, registered_matrix_name(adata, layer))
         anndata_fields = [
             fields.LayerField(REGISTRY_KEYS.X_KEY, layer, is_count_data=True),
             fields.CategoricalObsField(REGISTRY_KEYS.BATCH_KEY, None),
@@ -255,8 +259,10 @@ class SCTrilemma(
                 obs = mdata.obs if mod is None else mdata.mod[mod].obs
                 check_obs_keys(obs, {argument: column}, where="mdata.obs" if mod is None else f"mdata.mod[{mod!r}].obs")
             rna = mdata.mod[modalities.rna_layer]
+            check_unique_var_names(rna.var_names, rna.var, where=f"mdata.mod[{modalities.rna_layer!r}]")
             matrix = rna.X if rna_layer is None else _layer(rna, rna_layer)
             check_counts(matrix, where=registered_matrix_name(rna, rna_layer, modalities.rna_layer))
+            _warn_low_expression_cells(matrix, registered_matrix_name(rna, rna_layer, modalities.rna_layer))
         mudata_fields = [
             fields.MuDataLayerField(
                 REGISTRY_KEYS.X_KEY, rna_layer, mod_key=modalities.rna_layer, is_count_data=True, mod_required=True
@@ -352,15 +358,10 @@ class SCTrilemma(
         """
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
         if self.datamodule is not None:
+            trainer_kwargs = training_display_kwargs(trainer_kwargs, None)
             with quiet_lightning():
                 return self._train_streamed(
-                    max_epochs,
-                    max_steps,
-                    accelerator,
-                    devices,
-                    plan_kwargs,
-                    _uses_cuda(accelerator),
-                    **training_display_kwargs(trainer_kwargs, None),
+                    max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
                 )
         # Lightning does not switch modules back to training mode after load or a previous fit.
         self.module.train()
@@ -472,6 +473,12 @@ def _layer(adata: AnnData, layer: str):
             f"`layer={layer!r}` is not in the layers ({list(adata.layers)}); pass one of them or None for X."
         )
     return adata.layers[layer]
+
+
+def _warn_low_expression_cells(matrix, where: str) -> None:
+    # + 2: this helper and setup_anndata/setup_mudata sit between the user's call and the warning.
+    stacklevel = settings.warnings_stacklevel + 2
+    warn_low_expression_cells(matrix, where=where, min_genes=MIN_EXPRESSED_GENES, stacklevel=stacklevel)
 
 
 def _uses_cuda(accelerator: str) -> bool:
