@@ -37,6 +37,7 @@ def test_quiet_lightning_is_narrow(caplog):
         with quiet_lightning():
             rank_zero_info("GPU available: False, used: False")
             warnings.warn(LEAFSPEC_MESSAGE, FutureWarning, stacklevel=1)
+            warnings.warn("You defined a `validation_step` but have no `val_dataloader`.", UserWarning, stacklevel=1)
             warnings.warn("something the user should fix", FutureWarning, stacklevel=1)
             warnings.warn("The number of training batches (2) is smaller", UserWarning, stacklevel=1)
     assert "GPU available" not in caplog.text

@@ -28,6 +28,10 @@ LIGHTNING_INFO_LOGGER = "lightning.pytorch.utilities.rank_zero"
 HARMLESS_WARNINGS: tuple[tuple[type[Warning], str], ...] = (
     # torch >= 2.10 deprecates LeafSpec, which lightning 2.6's _pytree still instantiates.
     (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+    # Streamed (Census) training has no validation split; scvi-tools' own filter misses Lightning's new wording.
+    (UserWarning, r"You defined a `validation_step` but have no `val_dataloader`"),
+    # SomaDataModule shards its stream across workers itself, so its length is exact (tests/data/test_census.py).
+    (UserWarning, r"Your `IterableDataset` has `__len__` defined"),
 )
 
 
