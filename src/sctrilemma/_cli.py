@@ -123,7 +123,9 @@ def read_h5ad(path: Path, what: str = "input file") -> ad.AnnData:
 
     try:
         return ad.read_h5ad(path)
-    except Exception as error:  # noqa: BLE001 - any failure to parse the file is the file's problem
+    except MemoryError:
+        raise
+    except Exception as error:  # any other failure to parse the file is the file's problem (chained below)
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CommandError(
             f"{what} {path} could not be read as AnnData (corrupt or truncated?): {reason}; {H5AD_EXPECTED}."

@@ -3,7 +3,6 @@ from __future__ import annotations
 import logging
 import warnings
 
-import pytest
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 

@@ -42,7 +42,8 @@ class StepProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=refresh_rate)
         self._step_loss: float | None = None
 
-    def on_train_epoch_start(self, trainer: pl.Trainer, *args: Any) -> None:  # noqa: D102
+    def on_train_epoch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        """Title the bar ``Epoch i/n`` (1-based, as scvi-tools' bar)."""
         super().on_train_epoch_start(trainer, *args)
         # With max_steps, Lightning's max_epochs is only an upper bound: show no total then.
         by_epochs = trainer.max_steps in (None, -1) and trainer.max_epochs is not None and trainer.max_epochs > 0
@@ -50,9 +51,10 @@ class StepProgressBar(TQDMProgressBar):
         epoch = trainer.current_epoch + 1
         self.train_progress_bar.set_description(f"Epoch {epoch}/{total}" if total else f"Epoch {epoch}")
 
-    def on_train_batch_end(  # noqa: D102
+    def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        """Remember the step's loss, then advance the bar."""
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None and not self.is_disabled:
             self._step_loss = float(loss)
