@@ -94,7 +94,7 @@ def test_help_lists_every_command_with_defaults(capsys):
     assert all(f"    {command} " in top for command in COMMANDS)
     expected = {
         "train": ["(default: small)", "(default: 256)", "scVI's heuristic", "--overwrite"],
-        "embed": ["(default: 128)"],
+        "embed": ["(default: scvi.settings.batch_size, 128)"],
         "score": ["(default: 20)", "(default: 42)"],
         "example": ["(default: outputs)", "(default: 20)", "(default: 0)"],
     }

@@ -285,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--model", required=True, help="directory of a saved model (from `sctrilemma train --out`)")
     embed.add_argument("--out", required=True, help="output .h5ad (input plus .obsm['X_sctrilemma'])")
     embed.add_argument("--layer", default=None, help="layer with raw counts (default: the model's, else X)")
-    embed.add_argument("--batch-size", type=_positive_int, default=None, help="cells per batch (default: 128)")
+    embed.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="cells per batch (default: scvi.settings.batch_size, 128)"
+    )
     embed.set_defaults(func=_embed)
 
     score = command("score", "score embeddings on identity, context invariance and expression fidelity")
