@@ -286,7 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--out", required=True, help="output .h5ad (input plus .obsm['X_sctrilemma'])")
     embed.add_argument("--layer", default=None, help="layer with raw counts (default: the model's, else X)")
     embed.add_argument(
-        "--batch-size", type=_positive_int, default=None, help="cells per batch (default: scvi.settings.batch_size, 128)"
+        "--batch-size",
+        type=_positive_int,
+        default=None,
+        help="cells per batch (default: scvi.settings.batch_size, 128)",
     )
     embed.set_defaults(func=_embed)
 
