@@ -1,11 +1,43 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import anndata as ad
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import sctrilemma
+from sctrilemma._cli import HDF5_SIGNATURE, main
+
+HEAVY_MODULES = ("torch", "scvi", "anndata", "scanpy", "lightning", "h5py")
+COMMANDS = ("train", "embed", "score", "example")
+
+# Runs in a fresh interpreter: every call must answer without importing a heavy library.
+_LIGHT_CALLS = """
+import sys
 from sctrilemma._cli import main
+
+calls = [
+    ["--help"], ["train", "--help"], ["embed", "--help"], ["score", "--help"], ["example", "--help"],
+    ["train", "in.h5ad", "--out", "m", "--preset", "big"],
+    ["train", "missing.h5ad", "--out", "m"],
+    ["train", "cells.csv", "--out", "m"],
+    ["train", "signature_only.h5ad", "--out", "saved"],
+    ["embed", "signature_only.h5ad", "--model", "not_a_model", "--out", "o.h5ad"],
+]
+codes = []
+for argv in calls:
+    try:
+        codes.append(main(argv))
+    except SystemExit as exit:
+        codes.append(exit.code)
+print(codes)
+print(sorted(name for name in sys.argv[1:] if name in sys.modules))
+"""
 
 
 def test_train_then_embed(small_adata, tmp_path, capsys):
@@ -32,11 +64,163 @@ def test_train_refuses_normalised_input(small_adata, tmp_path, capsys):
     assert not (tmp_path / "m").exists()
 
 
-def test_missing_input_file(tmp_path, capsys):
-    assert (
-        main(["embed", str(tmp_path / "nope.h5ad"), "--model", str(tmp_path), "--out", str(tmp_path / "o.h5ad")]) == 2
+def test_help_and_argument_errors_import_no_heavy_library(tmp_path):
+    (tmp_path / "cells.csv").write_text("cell,gene\nc1,1\n")
+    (tmp_path / "signature_only.h5ad").write_bytes(HDF5_SIGNATURE + bytes(64))
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "model.safetensors").write_bytes(b"")
+    (tmp_path / "not_a_model").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(sctrilemma.__file__).parents[1])}
+    result = subprocess.run(
+        [sys.executable, "-c", _LIGHT_CALLS, *HEAVY_MODULES],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,  # a guard only: this takes well under a second
+        check=True,
     )
-    assert "error" in capsys.readouterr().err
+    codes, imported = result.stdout.strip().splitlines()[-2:]
+    assert codes == str([0] * 5 + [2] * 5)
+    assert imported == "[]"
+    assert "Traceback" not in result.stderr
+    assert "pass --overwrite to replace it" in result.stderr
+
+
+def test_help_lists_every_command_with_defaults(capsys):
+    with pytest.raises(SystemExit, match="0"):
+        main(["--help"])
+    top = capsys.readouterr().out
+    assert all(f"    {command} " in top for command in COMMANDS)
+    expected = {
+        "train": ["(default: small)", "(default: 256)", "scVI's heuristic", "--overwrite"],
+        "embed": ["(default: scvi.settings.batch_size, 128)"],
+        "score": ["(default: 20)", "(default: 42)"],
+        "example": ["(default: outputs)", "(default: 20)", "(default: 0)"],
+    }
+    for command, snippets in expected.items():
+        with pytest.raises(SystemExit, match="0"):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(snippet in text for snippet in snippets), (command, text)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "ten"])
+def test_max_epochs_must_be_a_positive_integer(value, capsys):
+    with pytest.raises(SystemExit, match="2"):
+        main(["train", "in.h5ad", "--out", "m", "--max-epochs", value])
+    assert "expected a positive integer" in capsys.readouterr().err
+
+
+def _bad_input(tmp_path: Path, kind: str) -> tuple[Path, str]:
+    if kind == "missing":
+        return tmp_path / "nope.h5ad", "does not exist"
+    if kind == "csv":
+        path = tmp_path / "cells.csv"
+        path.write_text("cell,GAPDH\nc1,3\n")
+        return path, "is not an HDF5/.h5ad file"
+    if kind == "directory":
+        path = tmp_path / "folder.h5ad"
+        path.mkdir()
+        return path, "is a directory"
+    path = tmp_path / "corrupt.h5ad"
+    path.write_bytes(HDF5_SIGNATURE + b"\x00garbage" * 50)
+    return path, "could not be read as AnnData"
+
+
+def _command(command: str, path: Path, tmp_path: Path) -> list[str]:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "model.safetensors").write_bytes(b"")
+    return {
+        "train": ["train", str(path), "--out", str(tmp_path / "new_model")],
+        "embed": ["embed", str(path), "--model", str(model), "--out", str(tmp_path / "o.h5ad")],
+        "score": ["score", str(path), "--embedding-key", "X", "--label-key", "t", "--donor-key", "d", "--out", "s"],
+    }[command]
+
+
+@pytest.mark.parametrize("kind", ["missing", "csv", "directory", "corrupt"])
+@pytest.mark.parametrize("command", ["train", "embed", "score"])
+def test_bad_input_file_is_one_line(command, kind, tmp_path, capsys):
+    path, reason = _bad_input(tmp_path, kind)
+    assert main(_command(command, path, tmp_path)) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert error.startswith(f"sctrilemma {command}: error: input file {path} {reason}")
+    assert "expected an AnnData .h5ad file" in error
+    assert not (tmp_path / "new_model").exists()
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can read any file")
+def test_unreadable_input_file(tmp_path, capsys):
+    path = tmp_path / "locked.h5ad"
+    path.write_bytes(HDF5_SIGNATURE)
+    path.chmod(0)
+    assert main(["train", str(path), "--out", str(tmp_path / "m")]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+
+
+def test_embed_model_must_be_a_saved_model(small_adata, tmp_path, capsys):
+    path = tmp_path / "data.h5ad"
+    small_adata.write_h5ad(path)
+    out = ["--out", str(tmp_path / "o.h5ad")]
+    assert main(["embed", str(path), "--model", str(tmp_path / "none"), *out]) == 2
+    assert "--model" in capsys.readouterr().err
+    assert main(["embed", str(path), "--model", str(path), *out]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["embed", str(path), "--model", str(empty), *out]) == 2
+    assert f"--model {empty} is not a saved sctrilemma model (no model.safetensors)" in capsys.readouterr().err
+    (empty / "model.safetensors").write_bytes(b"not a safetensors file")
+    assert main(["embed", str(path), "--model", str(empty), *out]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert "is not a readable reference" in error
+    assert not (tmp_path / "o.h5ad").exists()
+
+
+def test_embed_out_checked_before_reading(tmp_path, capsys):
+    path = tmp_path / "in.h5ad"
+    path.write_bytes(HDF5_SIGNATURE)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"")
+    assert main(["embed", str(path), "--model", str(model), "--out", str(tmp_path / "no" / "o.h5ad")]) == 2
+    assert "does not exist; create it first" in capsys.readouterr().err
+    assert main(["embed", str(path), "--model", str(model), "--out", str(tmp_path)]) == 2
+    assert "is a directory; pass a file name" in capsys.readouterr().err
+
+
+def test_train_refuses_existing_model_before_training(tmp_path, capsys):
+    path = tmp_path / "in.h5ad"
+    path.write_bytes(HDF5_SIGNATURE)  # never read: --out is checked first
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "model.safetensors").write_bytes(b"")
+    assert main(["train", str(path), "--out", str(saved)]) == 2
+    assert f"--out {saved} already holds a saved model (model.safetensors); pass --overwrite" in capsys.readouterr().err
+    assert main(["train", str(path), "--out", str(saved / "model.safetensors")]) == 2
+    assert "is a file; pass a directory" in capsys.readouterr().err
+
+
+def test_score_checks_gene_set_files_and_pairs(tmp_path, capsys):
+    path = tmp_path / "in.h5ad"
+    path.write_bytes(HDF5_SIGNATURE)
+    base = ["score", str(path), "--embedding-key", "X", "--label-key", "t", "--donor-key", "d", "--out", "s"]
+    assert main([*base, "--gene-sets", "hallmark"]) == 2
+    assert "--gene-sets expects NAME=VALUE, got 'hallmark'" in capsys.readouterr().err
+    assert main([*base, "--gene-sets", f"hallmark={tmp_path / 'h.gmt'}"]) == 2
+    assert "does not exist; expected a gene-set library in GMT format" in capsys.readouterr().err
+    (tmp_path / "out_file").write_text("")
+    assert main([*base[:-1], str(tmp_path / "out_file")]) == 2
+    assert "is a file; pass a directory for the outputs" in capsys.readouterr().err
+
+
+def test_example_out_must_not_be_a_file(tmp_path, capsys):
+    (tmp_path / "taken").write_text("")
+    assert main(["example", "--out", str(tmp_path / "taken")]) == 2
+    assert "is a file" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -1,43 +1,210 @@
-"""Command-line interface: ``sctrilemma train``, ``sctrilemma embed`` and ``sctrilemma example``."""
+"""Command-line interface: ``sctrilemma train``, ``embed``, ``score`` and ``example``.
+
+This module imports only the standard library at start-up: ``--help``, argument errors and checks of
+the input and output paths answer at once. torch, scvi-tools and anndata are imported when a command
+runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-EMBEDDING_KEY = "X_sctrilemma"
-
-
-def _train(args: argparse.Namespace) -> None:
+if TYPE_CHECKING:
     import anndata as ad
 
+EMBEDDING_KEY = "X_sctrilemma"
+MODEL_FILE = "model.safetensors"
+LEGACY_MODEL_FILES = ("model.pt",)
+# HDF5 files start with this signature at offset 0 (or 512, 1024, ... after a user block).
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+H5AD_EXPECTED = "expected an AnnData .h5ad file (write one with `adata.write_h5ad(path)`)"
+MODEL_EXPECTED = f"expected a directory with {MODEL_FILE} written by `sctrilemma train --out`"
+
+
+class CommandError(Exception):
+    """A problem with the command line or its files; reported as one line, exit status 2."""
+
+
+# ---------------------------------------------------------------------- path checks (standard library only)
+def _has_hdf5_signature(path: Path) -> bool:
+    size = path.stat().st_size
+    with path.open("rb") as stream:
+        offset = 0
+        while offset + len(HDF5_SIGNATURE) <= size and offset <= 2**30:
+            stream.seek(offset)
+            if stream.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+                return True
+            offset = 512 if offset == 0 else 2 * offset
+    return False
+
+
+def _check_readable_file(path: str, what: str, expected: str) -> Path:
+    """``path`` as a ``Path`` if it is an existing, readable file; otherwise a ``CommandError``."""
+    file = Path(path)
+    if not file.exists():
+        raise CommandError(f"{what} {path} does not exist; {expected}.")
+    if file.is_dir():
+        raise CommandError(f"{what} {path} is a directory; {expected}.")
+    try:
+        with file.open("rb"):
+            pass
+    except OSError as error:
+        raise CommandError(f"{what} {path} cannot be read ({error.strerror or error}); {expected}.") from error
+    return file
+
+
+def check_h5ad(path: str, what: str = "input file") -> Path:
+    """Check that ``path`` is a readable HDF5 file, without importing h5py or anndata."""
+    file = _check_readable_file(path, what, H5AD_EXPECTED)
+    try:
+        is_hdf5 = _has_hdf5_signature(file)
+    except OSError as error:
+        raise CommandError(f"{what} {path} cannot be read ({error.strerror or error}); {H5AD_EXPECTED}.") from error
+    if not is_hdf5:
+        raise CommandError(f"{what} {path} is not an HDF5/.h5ad file (no HDF5 signature); {H5AD_EXPECTED}.")
+    return file
+
+
+def check_model_dir(path: str) -> Path:
+    """Check that ``path`` is a directory holding a saved model (or a legacy file that ``load`` explains)."""
+    directory = Path(path)
+    if not directory.exists():
+        raise CommandError(f"--model {path} does not exist; {MODEL_EXPECTED}.")
+    if not directory.is_dir():
+        raise CommandError(f"--model {path} is a file, not a directory; {MODEL_EXPECTED}.")
+    if not any((directory / name).is_file() for name in (MODEL_FILE, *LEGACY_MODEL_FILES)):
+        raise CommandError(f"--model {path} is not a saved sctrilemma model (no {MODEL_FILE}); {MODEL_EXPECTED}.")
+    return directory
+
+
+def check_model_out(path: str, overwrite: bool) -> Path:
+    """Check ``train --out`` before training: a directory that does not already hold a model (or ``--overwrite``)."""
+    directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise CommandError(f"--out {path} is a file; pass a directory for the trained model.")
+    saved = [name for name in (MODEL_FILE, *LEGACY_MODEL_FILES) if (directory / name).exists()]
+    if saved and not overwrite:
+        raise CommandError(
+            f"--out {path} already holds a saved model ({saved[0]}); pass --overwrite to replace it "
+            "or choose another --out directory."
+        )
+    return directory
+
+
+def check_dir_out(path: str) -> Path:
+    """Check an output directory argument: it may exist, but not as a file."""
+    directory = Path(path)
+    if directory.exists() and not directory.is_dir():
+        raise CommandError(f"--out {path} is a file; pass a directory for the outputs.")
+    return directory
+
+
+def check_file_out(path: str) -> Path:
+    """Check an output file argument: not a directory, in an existing, writable directory."""
+    file = Path(path)
+    if file.is_dir():
+        raise CommandError(f"--out {path} is a directory; pass a file name such as embedded.h5ad.")
+    parent = file.parent if str(file.parent) else Path()
+    if not parent.is_dir():
+        raise CommandError(f"--out {path}: the directory {parent} does not exist; create it first.")
+    if not os.access(parent, os.W_OK):
+        raise CommandError(f"--out {path}: the directory {parent} is not writable.")
+    return file
+
+
+def read_h5ad(path: Path, what: str = "input file") -> ad.AnnData:
+    """Read an .h5ad checked by :func:`check_h5ad`; a damaged file becomes a one-line ``CommandError``."""
+    import anndata as ad
+
+    try:
+        return ad.read_h5ad(path)
+    except MemoryError:
+        raise
+    except Exception as error:  # any other failure to parse the file is the file's problem (chained below)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CommandError(
+            f"{what} {path} could not be read as AnnData (corrupt or truncated?): {reason}; {H5AD_EXPECTED}."
+        ) from error
+
+
+def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
+    pairs = {}
+    for value in values or []:
+        if "=" not in value:
+            raise CommandError(f"{option} expects NAME=VALUE, got {value!r}.")
+        name, _, target = value.partition("=")
+        pairs[name] = target
+    return pairs
+
+
+# ---------------------------------------------------------------------- commands (heavy imports inside)
+def _train(args: argparse.Namespace) -> None:
+    source = check_h5ad(args.input)
+    out = check_model_out(args.out, args.overwrite)
     from sctrilemma import SCTrilemma
 
-    adata = ad.read_h5ad(args.input)
+    adata = read_h5ad(source)
     SCTrilemma.setup_anndata(adata, layer=args.layer, donor_key=args.donor_key, dataset_key=args.dataset_key)
     model = SCTrilemma(adata, preset=args.preset)
     model.train(max_epochs=args.max_epochs, max_steps=args.max_steps, batch_size=args.batch_size)
-    model.save(args.out, overwrite=args.overwrite)
-    print(f"Saved the trained model to {args.out}")
+    model.save(out, overwrite=args.overwrite)
+    print(f"Saved the trained model to {out}")
 
 
 def _embed(args: argparse.Namespace) -> None:
-    import anndata as ad
-
+    source = check_h5ad(args.input)
+    model_dir = check_model_dir(args.model)
+    target = check_file_out(args.out)
     from sctrilemma import SCTrilemma
 
-    out = ad.read_h5ad(args.input)
+    out = read_h5ad(source)
     # Zero-shot: the query may have another gene set (IDs or symbols) and unseen donors; `out` is not modified.
-    model = SCTrilemma.load_query_data(out, args.model, layer=args.layer)
+    model = SCTrilemma.load_query_data(out, model_dir, layer=args.layer)
     embedding = model.get_latent_representation(batch_size=args.batch_size)
     out.obsm[EMBEDDING_KEY] = embedding
-    out.write_h5ad(args.out, compression="gzip")
-    print(f"Wrote {embedding.shape[0]} x {embedding.shape[1]} embeddings to {args.out} (.obsm[{EMBEDDING_KEY!r}])")
+    out.write_h5ad(target, compression="gzip")
+    print(f"Wrote {embedding.shape[0]} x {embedding.shape[1]} embeddings to {target} (.obsm[{EMBEDDING_KEY!r}])")
+
+
+def _score(args: argparse.Namespace) -> None:
+    source = check_h5ad(args.input)
+    reconstruction = _pairs(args.reconstruction, "--reconstruction")
+    gene_sets = _pairs(args.gene_sets, "--gene-sets")
+    for name, path in gene_sets.items():
+        _check_readable_file(path, f"--gene-sets {name}=", "expected a gene-set library in GMT format")
+    out = check_dir_out(args.out)
+    from sctrilemma.benchmark import Scorecard
+
+    adata = read_h5ad(source)
+    scorecard = Scorecard(
+        adata,
+        embedding_keys=args.embedding_key,
+        label_key=args.label_key,
+        donor_key=args.donor_key,
+        condition_key=args.condition_key,
+        reconstruction_keys=reconstruction,
+        counts_layer=args.layer,
+        gene_sets=gene_sets,
+        symbol_key=args.symbol_key,
+        n_repeats=args.n_repeats,
+        seed=args.seed,
+    )
+    scorecard.benchmark()
+    out.mkdir(parents=True, exist_ok=True)
+    scorecard.get_results().to_csv(out / "scorecard.csv", index=False)
+    (out / "scorecard.md").write_text(scorecard.to_markdown() + "\n")
+    scorecard.plot_results(out / "scorecard.png")
+    print(scorecard.to_markdown())
+    print(f"Wrote {out / 'scorecard.csv'}, {out / 'scorecard.md'} and {out / 'scorecard.png'}")
 
 
 def _example(args: argparse.Namespace) -> None:
+    out = check_dir_out(args.out)
     import scvi
 
     from sctrilemma import SCTrilemma
@@ -45,7 +212,6 @@ def _example(args: argparse.Namespace) -> None:
     from sctrilemma.plotting import umap_figure
 
     scvi.settings.seed = args.seed
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     adata = load_example()
     SCTrilemma.setup_anndata(adata, donor_key="donor")
@@ -60,105 +226,116 @@ def _example(args: argparse.Namespace) -> None:
     print(f"Wrote {out / 'example_embedded.h5ad'} (.obsm[{EMBEDDING_KEY!r}]), {out / 'umap.png'} and {out / 'model'}")
 
 
-def _pairs(values: list[str] | None, option: str) -> dict[str, str]:
-    pairs = {}
-    for value in values or []:
-        if "=" not in value:
-            raise ValueError(f"{option} expects NAME=VALUE, got {value!r}.")
-        name, _, target = value.partition("=")
-        pairs[name] = target
-    return pairs
+# ---------------------------------------------------------------------- parser
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: ...)`` for options with a real default; ``None`` defaults are explained in the help text."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.required or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
-def _score(args: argparse.Namespace) -> None:
-    import anndata as ad
-
-    from sctrilemma.benchmark import Scorecard
-
-    adata = ad.read_h5ad(args.input)
-    scorecard = Scorecard(
-        adata,
-        embedding_keys=args.embedding_key,
-        label_key=args.label_key,
-        donor_key=args.donor_key,
-        condition_key=args.condition_key,
-        reconstruction_keys=_pairs(args.reconstruction, "--reconstruction"),
-        counts_layer=args.layer,
-        gene_sets=_pairs(args.gene_sets, "--gene-sets"),
-        symbol_key=args.symbol_key,
-        n_repeats=args.n_repeats,
-        seed=args.seed,
-    )
-    scorecard.benchmark()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    scorecard.get_results().to_csv(out / "scorecard.csv", index=False)
-    (out / "scorecard.md").write_text(scorecard.to_markdown() + "\n")
-    scorecard.plot_results(out / "scorecard.png")
-    print(scorecard.to_markdown())
-    print(f"Wrote {out / 'scorecard.csv'}, {out / 'scorecard.md'} and {out / 'scorecard.png'}")
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``sctrilemma`` argument parser."""
-    parser = argparse.ArgumentParser(prog="sctrilemma", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="sctrilemma",
+        description="scTrilemma: train, embed with and score a gene-token Perceiver VAE for single-cell RNA-seq.",
+        epilog="Run `sctrilemma COMMAND --help` for the options of a command.",
+        formatter_class=_HelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
-    train = commands.add_parser("train", help="train a model on an .h5ad of raw counts and save it")
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=summary, description=summary, formatter_class=_HelpFormatter)
+
+    train = command("train", "train a model on an .h5ad of raw counts and save it")
     train.add_argument("input", help="input .h5ad with raw counts")
-    train.add_argument("--out", required=True, help="directory for the trained model")
+    train.add_argument("--out", required=True, help="directory for the trained model (checked before training)")
+    train.add_argument("--overwrite", action="store_true", help="replace a model already saved in --out")
     train.add_argument("--layer", default=None, help="layer with raw counts (default: X)")
-    train.add_argument("--donor-key", default=None, help="obs column with donors")
-    train.add_argument("--dataset-key", default=None, help="obs column with datasets")
-    train.add_argument("--preset", default="small", choices=["small", "paper"], help="model size (default: small)")
-    train.add_argument("--max-epochs", type=int, default=None, help="training epochs")
-    train.add_argument("--max-steps", type=int, default=None, help="training steps (overrides --max-epochs)")
-    train.add_argument("--batch-size", type=int, default=256, help="cells per step")
-    train.add_argument("--overwrite", action="store_true", help="replace an existing model directory")
+    train.add_argument("--donor-key", default=None, help="obs column with donors (default: one donor)")
+    train.add_argument("--dataset-key", default=None, help="obs column with datasets (default: one dataset)")
+    train.add_argument("--preset", default="small", choices=["small", "paper"], help="model size")
+    train.add_argument(
+        "--max-epochs",
+        type=_positive_int,
+        default=None,
+        help="training epochs (default: scVI's heuristic capped at 50, i.e. 50 up to 20,000 cells, fewer above)",
+    )
+    train.add_argument(
+        "--max-steps", type=_positive_int, default=None, help="training steps; overrides --max-epochs (default: unset)"
+    )
+    train.add_argument("--batch-size", type=_positive_int, default=256, help="cells per step")
     train.set_defaults(func=_train)
 
-    embed = commands.add_parser("embed", help="embed an .h5ad with a saved model")
-    embed.add_argument("input", help="input .h5ad with raw counts and the model's genes")
-    embed.add_argument("--model", required=True, help="directory of a saved model")
+    embed = command("embed", "embed an .h5ad with a saved model (zero-shot; genes are matched to the model's)")
+    embed.add_argument("input", help="input .h5ad with raw counts")
+    embed.add_argument("--model", required=True, help="directory of a saved model (from `sctrilemma train --out`)")
     embed.add_argument("--out", required=True, help="output .h5ad (input plus .obsm['X_sctrilemma'])")
     embed.add_argument("--layer", default=None, help="layer with raw counts (default: the model's, else X)")
-    embed.add_argument("--batch-size", type=int, default=None, help="cells per batch")
+    embed.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=None,
+        help="cells per batch (default: scvi.settings.batch_size, 128)",
+    )
     embed.set_defaults(func=_embed)
 
-    score = commands.add_parser("score", help="score embeddings on identity, context invariance and fidelity")
+    score = command("score", "score embeddings on identity, context invariance and expression fidelity")
     score.add_argument("input", help="input .h5ad with raw counts and embeddings in .obsm")
     score.add_argument("--embedding-key", nargs="+", required=True, help=".obsm keys to score (one per method)")
     score.add_argument("--label-key", required=True, help="obs column with cell types")
     score.add_argument("--donor-key", required=True, help="obs column with donors")
-    score.add_argument("--condition-key", default=None, help="obs column with a disease state or condition")
+    score.add_argument("--condition-key", default=None, help="obs column with a disease state (default: none)")
     score.add_argument("--layer", default=None, help="layer with raw counts (default: X)")
     score.add_argument(
-        "--reconstruction", nargs="*", default=None, metavar="EMBEDDING=LAYER", help="reconstructed counts per method"
+        "--reconstruction",
+        nargs="*",
+        default=None,
+        metavar="EMBEDDING=LAYER",
+        help="reconstructed counts per method (default: none)",
     )
-    score.add_argument("--gene-sets", nargs="*", default=None, metavar="NAME=GMT", help=".gmt libraries for pathways")
+    score.add_argument(
+        "--gene-sets", nargs="*", default=None, metavar="NAME=GMT", help=".gmt libraries for pathways (default: none)"
+    )
     score.add_argument("--symbol-key", default=None, help="var column with gene symbols (default: var_names)")
-    score.add_argument("--n-repeats", type=int, default=20, help="stratified samples (default: 20)")
-    score.add_argument("--seed", type=int, default=42, help="sampling seed (default: 42)")
+    score.add_argument("--n-repeats", type=_positive_int, default=20, help="stratified samples")
+    score.add_argument("--seed", type=int, default=42, help="sampling seed")
     score.add_argument("--out", required=True, help="output directory for scorecard.csv/.md/.png")
     score.set_defaults(func=_score)
 
-    example = commands.add_parser("example", help="train on the shipped example data; write embeddings and a UMAP")
-    example.add_argument("--out", default="outputs", help="output directory (default: outputs)")
-    example.add_argument("--max-epochs", type=int, default=20, help="training epochs (default: 20)")
-    example.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    example = command("example", "train on the shipped example data; write embeddings and a UMAP")
+    example.add_argument("--out", default="outputs", help="output directory")
+    example.add_argument("--max-epochs", type=_positive_int, default=20, help="training epochs")
+    example.add_argument("--seed", type=int, default=0, help="random seed")
     example.set_defaults(func=_example)
     return parser
 
 
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (2 for bad arguments, inputs or data)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError, KeyError) as error:
-        print(f"sctrilemma {args.command}: error: {error}", file=sys.stderr)
+    except (CommandError, ValueError, FileNotFoundError, KeyError) as error:
+        print(f"sctrilemma {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -110,3 +111,60 @@ def registered_matrix_name(adata: ad.AnnData, layer: str | None, modality: str |
     """How the user refers to the registered count matrix, for messages."""
     base = "adata" if modality is None else f"mdata.mod[{modality!r}]"
     return f"{base}.X" if layer is None else f"{base}.layers[{layer!r}]"
+
+
+def check_unique_var_names(var_names: pd.Index, var: pd.DataFrame, *, where: str) -> None:
+    """Raise a ``ValueError`` naming a few duplicated gene names and the fix.
+
+    Parameters
+    ----------
+    var_names
+        The gene names (``adata.var_names``).
+    var
+        ``adata.var``: a column with unique values (e.g. Ensembl IDs) is suggested as ``var_names``.
+    where
+        How the user refers to the AnnData (e.g. ``"adata"``), used in the message.
+    """
+    if var_names.is_unique:
+        return
+    duplicated = var_names[var_names.duplicated()].unique()
+    examples = ", ".join(map(repr, duplicated[:5]))
+    id_column = _unique_id_column(var)
+    use_ids = (
+        f", or use the unique IDs as names: `{where}.var_names = {where}.var[{id_column!r}].astype(str)`"
+        if id_column is not None
+        else ", or use unique gene IDs (e.g. Ensembl IDs) as var_names"
+    )
+    raise ValueError(
+        f"{where}.var_names has {duplicated.size} duplicated gene names ({examples}"
+        f"{', ...' if duplicated.size > 5 else ''}); each gene must be a separate token. "
+        f"Make them unique with `{where}.var_names_make_unique()`{use_ids}."
+    )
+
+
+def _unique_id_column(var: pd.DataFrame) -> str | None:
+    """A ``var`` column named like gene IDs (``gene_ids``, ``ensembl_id``, ...) whose values are all set and unique."""
+    for column in var.columns:
+        name = str(column).lower()
+        if ("id" in name or "ensembl" in name) and var[column].notna().all() and var[column].astype(str).is_unique:
+            return str(column)
+    return None
+
+
+def warn_low_expression_cells(matrix, *, where: str, min_genes: int, stacklevel: int = 2) -> None:
+    """Warn how many cells have fewer than ``min_genes`` expressed genes and what happens to them.
+
+    Such cells are not trained on; cells without any counts also cannot be embedded.
+    """
+    _, expressed = cell_statistics(matrix)
+    n_low = int((expressed < min_genes).sum())
+    if n_low == 0:
+        return
+    n_empty = int((expressed == 0).sum())
+    empty = f"; {n_empty} have no counts at all and cannot be embedded" if n_empty else ""
+    warnings.warn(
+        f"{n_low} of {expressed.size} cells in {where} have fewer than {min_genes} expressed genes: `train` leaves "
+        f"them out{empty}. Remove them first with `sc.pp.filter_cells(adata, min_genes={min_genes})`.",
+        UserWarning,
+        stacklevel=stacklevel,
+    )

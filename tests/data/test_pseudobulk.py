@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -138,16 +140,22 @@ def test_new_group_uses_frozen_centroids(reference_profiles: np.ndarray) -> None
         codebook.centroids = np.zeros_like(centroids)
 
 
-def test_fewer_groups_than_codes_warns(reference_profiles: np.ndarray) -> None:
-    with pytest.warns(UserWarning, match="Only 4 dataset-donor groups"):
-        codebook = PseudobulkCodebook.fit(reference_profiles[:4], n_codes=32)
+def test_fewer_groups_than_codes_is_logged_not_warned(
+    reference_profiles: np.ndarray, caplog: pytest.LogCaptureFixture
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # expected with few donors: info, not a warning
+        with caplog.at_level(logging.INFO, logger="sctrilemma"):
+            codebook = PseudobulkCodebook.fit(reference_profiles[:4], n_codes=32)
+    assert "Only 4 dataset-donor groups for 32 pseudo-bulk centroids; using M=4" in caplog.text
     assert codebook.n_codes == 4
     assert codebook.codes(reference_profiles[:4]).shape == (4, 4)
 
 
-def test_single_group_has_a_positive_scale() -> None:
-    with pytest.warns(UserWarning, match="M=1"):
+def test_single_group_has_a_positive_scale(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="sctrilemma"):
         codebook = PseudobulkCodebook.fit(np.ones((1, 5)), n_codes=32)
+    assert "using M=1" in caplog.text
     assert codebook.sigma > 0
     np.testing.assert_allclose(codebook.codes(np.zeros((2, 5))), 1.0)
 

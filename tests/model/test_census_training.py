@@ -19,6 +19,13 @@ from sctrilemma import SCTrilemma  # noqa: E402
 from sctrilemma.data import CENSUS_OBS_FILTER, build_example_census, load_example  # noqa: E402
 
 DDP_SCRIPT = Path(__file__).with_name("_ddp_census_script.py")
+# A guard against a hung process group only: two cold processes each import torch and scvi-tools (about a minute on a
+# loaded 2-core machine) before 4 tiny steps; the former 300 s limit was within reach of a busy machine.
+DDP_TIMEOUT_S = 60 * 60
+DISTRIBUTED_ENV = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "STANDALONE_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK"}
+    | {"LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"}
+)
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +87,17 @@ def test_census_training_errors(census_model: SCTrilemma, census_dir, tiny_sizes
 @pytest.mark.slow
 def test_census_ddp_two_cpu_processes(census_dir: Path, tmp_path: Path):
     """Real DDP with 2 gloo processes: disjoint shards, identical weights and BatchNorm statistics, a usable reference."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    # Lightning picks a free port unless MASTER_PORT (or STANDALONE_PORT) is set: drop the rendezvous settings of any
+    # job this suite runs inside, so the two ranks never join, or collide with, another job's process group.
+    inherited = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV and not k.startswith("SLURM_")}
+    env = {**inherited, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run(
         [sys.executable, str(DDP_SCRIPT), str(census_dir), str(tmp_path)],
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        cwd=tmp_path,  # Lightning's and scvi-tools' relative log directories land in this test's own directory
+        timeout=DDP_TIMEOUT_S,
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -68,11 +70,12 @@ def test_normal_prior_has_no_codes(small_adata, tiny):
         model.get_pseudobulk_codes()
 
 
-def test_no_donor_key_gives_one_group_per_dataset(small_adata, tiny):
+def test_no_donor_key_gives_one_group_per_dataset(small_adata, tiny, caplog):
     SCTrilemma.setup_anndata(small_adata)
     model = SCTrilemma(small_adata, **tiny)
-    with pytest.warns(UserWarning, match="Only 1 dataset-donor groups"):
+    with caplog.at_level(logging.INFO, logger="sctrilemma"):
         model.train(max_epochs=1, enable_progress_bar=False)
+    assert "Only 1 dataset-donor groups" in caplog.text
     codes = model.get_pseudobulk_codes()
     assert codes.shape[0] == 1
     assert codes["code_0"].iloc[0] == pytest.approx(1.0)

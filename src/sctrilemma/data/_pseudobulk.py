@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scvi import settings
 from scvi.utils import track
 
 from sctrilemma._validation import ROW_CHUNK
@@ -119,7 +117,7 @@ class PseudobulkCodebook:
     ) -> PseudobulkCodebook:
         """Fit ``n_codes`` k-means centroids to reference ``profiles`` ``(n_groups, n_genes)``.
 
-        With fewer groups than ``n_codes``, ``M`` becomes the number of groups (with a warning).
+        With fewer groups than ``n_codes``, ``M`` becomes the number of groups (logged at info level).
         """
         from sklearn.cluster import KMeans
 
@@ -128,11 +126,13 @@ class PseudobulkCodebook:
         if n_groups < 1:
             raise ValueError("Cannot fit a pseudo-bulk codebook without any group.")
         if n_groups < n_codes:
-            warnings.warn(
-                f"Only {n_groups} dataset-donor groups for {n_codes} pseudo-bulk centroids; using M={n_groups}. "
-                "The PB-Cond prior can then only separate these groups.",
-                UserWarning,
-                stacklevel=settings.warnings_stacklevel,
+            # Expected with few donors (the example has 5), so not a warning: nothing for the user to change.
+            logger.info(
+                "Only %d dataset-donor groups for %d pseudo-bulk centroids; using M=%d, one centroid per group "
+                "(expected with few donors).",
+                n_groups,
+                n_codes,
+                n_groups,
             )
             n_codes = n_groups
         kmeans = KMeans(n_clusters=n_codes, n_init=n_init, random_state=seed).fit(profiles)

@@ -60,6 +60,7 @@ def import_upstream_checkpoint(
     Path of the written reference file.
     """
     from sctrilemma.model import SCTrilemma
+    from sctrilemma.model._model import MIN_EXPRESSED_GENES
 
     module_state, config = upstream_to_module_state(read_checkpoint_tensors(checkpoint))
     genes = read_upstream_vocabulary(vocabulary)
@@ -68,13 +69,14 @@ def import_upstream_checkpoint(
             f"The vocabulary has {len(genes)} entries but the checkpoint's gene embedding has {config['n_input']} rows; "
             "pass the vocabulary file the checkpoint was trained with."
         )
-    # A one-cell AnnData over the vocabulary gives the model its scvi-tools registry.
+    # A one-cell AnnData over the vocabulary gives the model its scvi-tools registry; the cell expresses enough
+    # genes for setup_anndata not to warn about it.
     var = pd.DataFrame(index=pd.Index(genes, name="feature_id"))
     if gene_symbols is not None:
         var["gene_symbol"] = [gene_symbols.get(g, g) for g in genes]
-    template = ad.AnnData(
-        sp.csr_matrix((np.ones(1, np.float32), ([0], [len(genes) - 1])), shape=(1, len(genes))), var=var
-    )
+    columns = np.arange(max(0, len(genes) - MIN_EXPRESSED_GENES), len(genes))
+    ones = np.ones(columns.size, np.float32)
+    template = ad.AnnData(sp.csr_matrix((ones, (np.zeros_like(columns), columns)), shape=(1, len(genes))), var=var)
     SCTrilemma.setup_anndata(template)
     config = dict(config)
     config.pop("n_input")

@@ -21,10 +21,13 @@ from sctrilemma._validation import (
     check_counts,
     check_no_empty_cells,
     check_obs_keys,
+    check_unique_var_names,
     registered_matrix_name,
+    warn_low_expression_cells,
 )
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
+from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
 from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
@@ -201,8 +204,10 @@ class SCTrilemma(
         setup_method_args = cls._get_setup_method_args(**locals())
         if not kwargs.get("source_registry"):
             check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
+            check_unique_var_names(adata.var_names, adata.var, where="adata")
             matrix = adata.X if layer is None else _layer(adata, layer)
             check_counts(matrix, where=registered_matrix_name(adata, layer))
+            _warn_low_expression_cells(matrix, registered_matrix_name(adata, layer))
         anndata_fields = [
             fields.LayerField(REGISTRY_KEYS.X_KEY, layer, is_count_data=True),
             fields.CategoricalObsField(REGISTRY_KEYS.BATCH_KEY, None),
@@ -259,8 +264,10 @@ class SCTrilemma(
                 obs = mdata.obs if mod is None else mdata.mod[mod].obs
                 check_obs_keys(obs, {argument: column}, where="mdata.obs" if mod is None else f"mdata.mod[{mod!r}].obs")
             rna = mdata.mod[modalities.rna_layer]
+            check_unique_var_names(rna.var_names, rna.var, where=f"mdata.mod[{modalities.rna_layer!r}]")
             matrix = rna.X if rna_layer is None else _layer(rna, rna_layer)
             check_counts(matrix, where=registered_matrix_name(rna, rna_layer, modalities.rna_layer))
+            _warn_low_expression_cells(matrix, registered_matrix_name(rna, rna_layer, modalities.rna_layer))
         mudata_fields = [
             fields.MuDataLayerField(
                 REGISTRY_KEYS.X_KEY, rna_layer, mod_key=modalities.rna_layer, is_count_data=True, mod_required=True
@@ -356,9 +363,11 @@ class SCTrilemma(
         """
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
         if self.datamodule is not None:
-            return self._train_streamed(
-                max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
-            )
+            trainer_kwargs = training_display_kwargs(trainer_kwargs, None)
+            with quiet_lightning():
+                return self._train_streamed(
+                    max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
+                )
         # Lightning does not switch modules back to training mode after load or a previous fit.
         self.module.train()
         retain_freed_memory()
@@ -375,15 +384,17 @@ class SCTrilemma(
 
             max_epochs = get_max_epochs_heuristic(self.adata.n_obs, epochs_cap=DEFAULT_EPOCHS_CAP)
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
-        super().train(
-            max_epochs=max_epochs,
-            accelerator=accelerator,
-            devices=devices,
-            batch_size=batch_size,
-            datasplitter_kwargs=datasplitter_kwargs,
-            plan_kwargs=plan_kwargs,
-            **trainer_kwargs,
-        )
+        trainer_kwargs = training_display_kwargs(trainer_kwargs, steps_per_epoch)
+        with quiet_lightning():
+            super().train(
+                max_epochs=max_epochs,
+                accelerator=accelerator,
+                devices=devices,
+                batch_size=batch_size,
+                datasplitter_kwargs=datasplitter_kwargs,
+                plan_kwargs=plan_kwargs,
+                **trainer_kwargs,
+            )
 
     def _training_split(
         self, train_size: float | None, validation_size: float | None, min_expressed_genes: int
@@ -467,6 +478,12 @@ def _layer(adata: AnnData, layer: str):
             f"`layer={layer!r}` is not in the layers ({list(adata.layers)}); pass one of them or None for X."
         )
     return adata.layers[layer]
+
+
+def _warn_low_expression_cells(matrix, where: str) -> None:
+    # + 2: this helper and setup_anndata/setup_mudata sit between the user's call and the warning.
+    stacklevel = settings.warnings_stacklevel + 2
+    warn_low_expression_cells(matrix, where=where, min_genes=MIN_EXPRESSED_GENES, stacklevel=stacklevel)
 
 
 def _uses_cuda(accelerator: str) -> bool:
