@@ -1,29 +1,36 @@
 """The trilemma scorecard on the shared real datasets: SCTrilemma (small) vs scVI vs PCA at an equal CPU budget.
 
-For each dataset in ``--data-dir`` (default ``../shared/data``), trains SCTrilemma (``preset="small"``) and scVI
-without and with the donor as batch, each for the same wall-clock budget, computes a log1p-CP10K PCA, and scores
-all embeddings (and the models' reconstructions) with :class:`sctrilemma.benchmark.Scorecard`, together with
-SCTrilemma's demand-targeted interventions (centroid shrinkage, donor centering at alpha 0.5 and 1).
+For each dataset in ``--data-dir`` (default ``../shared/data``) and each seed, trains SCTrilemma (``preset="small"``)
+and scVI without a batch covariate (and, with ``--scvi-donor``, with the donor as batch), each given the same
+wall-clock budget the way a user gives one (``max_time``), computes a log1p-CP10K PCA, and scores all embeddings
+(and the models' reconstructions) with :class:`sctrilemma.benchmark.Scorecard`; with ``--interventions`` also
+SCTrilemma's demand-targeted interventions (centroid shrinkage, donor centering at alpha 0.5 and 1). Writes one
+scorecard per dataset and seed, and ``summary.md`` with the mean ± SD over seeds of the headline metrics.
 
-Usage: ``python benchmarks/trilemma.py [--budget-s 240] [--n-repeats 5] [--quick] [--out DIR] [--json PATH]``.
+Usage: ``python benchmarks/trilemma.py [--budget-s 240] [--seeds 0 1 2] [--n-repeats 5] [--quick] [--out DIR]
+[--json PATH]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anndata as ad
+import numpy as np
+import pandas as pd
 import scvi
 
 from sctrilemma import SCTrilemma
 from sctrilemma.benchmark import Scorecard, intervention_outputs, pca_baseline, scvi_baseline
 
 if TYPE_CHECKING:
-    import numpy as np
+    from collections.abc import Sequence
 
 DATASETS = {
     # file: (label key, context key, gene-symbol column); CellBench has no donor column (each cell line is its
@@ -34,32 +41,28 @@ DATASETS = {
 GENE_SETS = "msigdb_hallmark_v7.0.symbols.gmt"
 
 
-def train_sctrilemma(
-    adata: ad.AnnData, context_key: str, budget_s: float, seed: int
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """SCTrilemma (small) for ``budget_s`` seconds: steps sized from a timed probe, so the schedule completes."""
+def train_sctrilemma(adata: ad.AnnData, context_key: str, budget_s: float, seed: int) -> tuple[SCTrilemma, dict]:
+    """SCTrilemma (small) given ``budget_s`` seconds as a user gives them: ``max_time`` and no step count."""
     scvi.settings.seed = seed
     SCTrilemma.setup_anndata(adata, donor_key=context_key)
-    # Two probe fits of different lengths: their time difference is the per-step cost without Lightning's
-    # fixed start-up, so the real run's step budget (and its learning-rate schedule) fills the budget.
-    elapsed = {}
-    for steps in (4, 16):
-        probe = SCTrilemma(adata, preset="small")
-        start = time.perf_counter()
-        probe.train(max_steps=steps, batch_size=128, enable_progress_bar=False)
-        elapsed[steps] = time.perf_counter() - start
-    seconds_per_step = max((elapsed[16] - elapsed[4]) / 12, 1e-3)
-    max_steps = max(10, int((budget_s - elapsed[4]) / seconds_per_step))
-    scvi.settings.seed = seed
     model = SCTrilemma(adata, preset="small")
     start = time.perf_counter()
-    model.train(max_steps=max_steps, batch_size=128, enable_progress_bar=False)
+    model.train(
+        max_epochs=10_000, max_time=timedelta(seconds=budget_s), batch_size=128, enable_progress_bar=False
+    )
     train_s = time.perf_counter() - start
-    return model, {"train_s": train_s, "steps": max_steps}
+    return model, {"train_s": train_s, "steps": int(model.trainer.global_step)}
 
 
 def run_dataset(
-    path: Path, budget_s: float, n_repeats: int, gene_sets: Path | None, seed: int, out: Path, interventions: bool
+    path: Path,
+    budget_s: float,
+    n_repeats: int,
+    gene_sets: Path | None,
+    seed: int,
+    out: Path,
+    interventions: bool,
+    scvi_donor: bool,
 ) -> dict:
     label_key, context_key, symbol_key = DATASETS[path.name]
     adata = ad.read_h5ad(path)
@@ -68,13 +71,16 @@ def run_dataset(
 
     model, budgets["X_sctrilemma"] = train_sctrilemma(adata.copy(), context_key, budget_s, seed)
     adata.obsm["X_sctrilemma"] = model.get_latent_representation()
-    adata.layers["rec_sctrilemma"] = model.get_normalized_expression(gene_list=list(adata.var_names), return_numpy=True)
+    adata.layers["rec_sctrilemma"] = model.get_normalized_expression(
+        gene_list=list(adata.var_names), library_size="observed", return_numpy=True
+    )
     reconstruction_keys = {"X_sctrilemma": "rec_sctrilemma"}
     if interventions:
         for name, (embedding, reconstruction) in intervention_outputs(model, model.adata, context_key).items():
             adata.obsm[f"X_sct_{name}"], adata.layers[f"rec_sct_{name}"] = embedding, reconstruction
             reconstruction_keys[f"X_sct_{name}"] = f"rec_sct_{name}"
-    for key, batch_key in (("X_scvi", None), ("X_scvi_donor", context_key)):
+    scvi_runs = (("X_scvi", None), ("X_scvi_donor", context_key)) if scvi_donor else (("X_scvi", None),)
+    for key, batch_key in scvi_runs:
         result = scvi_baseline(adata, batch_key=batch_key, time_budget_s=budget_s, seed=seed)
         adata.obsm[key], adata.layers[f"rec_{key[2:]}"] = result.embedding, result.reconstruction
         budgets[key] = {"train_s": result.train_seconds, "epochs": result.details["epochs"]}
@@ -86,7 +92,7 @@ def run_dataset(
     library = {"hallmark": str(gene_sets)} if gene_sets is not None and symbol_key is not None else {}
     card = Scorecard(
         adata,
-        ["X_sctrilemma", "X_scvi", "X_scvi_donor", "X_pca"]
+        ["X_sctrilemma", *[key for key, _ in scvi_runs], "X_pca"]
         + [k for k in reconstruction_keys if k.startswith("X_sct_")],
         label_key,
         context_key,
@@ -98,19 +104,53 @@ def run_dataset(
         progress_bar=False,
     )
     card.benchmark()
-    target = out / path.stem
+    target = out / path.stem / f"seed{seed}"
     target.mkdir(parents=True, exist_ok=True)
     card.get_results().to_csv(target / "scorecard.csv", index=False)
     budget_lines = [
         f"- {k}: " + ", ".join(f"{n} {v:.0f}" if isinstance(v, float) else f"{n} {v}" for n, v in b.items())
         for k, b in budgets.items()
     ]
-    markdown = f"## {path.name} (labels: {label_key}, context: {context_key}, budget {budget_s:.0f} s)\n\n"
+    markdown = (
+        f"## {path.name} (labels: {label_key}, context: {context_key}, budget {budget_s:.0f} s, seed {seed}, "
+        f"load {os.getloadavg()[0]:.1f})\n\n"
+    )
     markdown += card.to_markdown() + "\n\nTraining:\n" + "\n".join(budget_lines) + "\n"
     (target / "scorecard.md").write_text(markdown)
     card.plot_results(target / "scorecard.png")
     print(markdown, flush=True)
     return {"budgets": budgets, "results": card.get_results().to_dict(orient="records")}
+
+
+HEADLINE = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard")
+
+
+def summarize(runs: Sequence[dict], budget_s: float) -> str:
+    """Mean ± SD over seeds of the headline metrics, one table per dataset (each seed's value is its mean over samples)."""
+    lines = [f"# Trilemma benchmark: mean ± SD over seeds (budget {budget_s:.0f} s per model)\n"]
+    rows = pd.DataFrame([{**r, "dataset": run["dataset"], "seed": run["seed"]} for run in runs for r in run["results"]])
+    for dataset, table in rows.groupby("dataset", sort=False):
+        table = table[table["metric"].isin(HEADLINE)]
+        stats = table.groupby(["metric", "method"])["mean"].agg(["mean", "std", "count"])
+        methods = list(dict.fromkeys(table["method"]))
+        lines += [f"## {dataset}\n", "| metric | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+        for metric in HEADLINE:
+            cells = []
+            for method in methods:
+                if (metric, method) not in stats.index:
+                    cells.append("–")
+                    continue
+                row = stats.loc[(metric, method)]
+                sd = 0.0 if np.isnan(row["std"]) else row["std"]
+                cells.append(f"{row['mean']:.3f} ± {sd:.3f}")
+            lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+        budgets = [run["budgets"] for run in runs if run["dataset"] == dataset]
+        for key in budgets[0]:
+            parts = {name: np.mean([b[key][name] for b in budgets]) for name in budgets[0][key]}
+            lines.append(f"- {key}: " + ", ".join(f"{name} {value:.0f}" for name, value in parts.items()))
+        lines.append("")
+    lines.append("depth_r2: lower is better; – : not applicable. SD over seeds (n = number of seeds).")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -119,9 +159,10 @@ def main() -> None:
     parser.add_argument("--gene-sets-dir", default="../shared/genesets")
     parser.add_argument("--budget-s", type=float, default=240.0, help="training seconds per model")
     parser.add_argument("--n-repeats", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="budget 20 s, 2 repeats, Kang only, no interventions")
-    parser.add_argument("--no-interventions", action="store_true", help="skip the demand-targeted interventions")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--quick", action="store_true", help="budget 20 s, 2 repeats, Kang only, one seed")
+    parser.add_argument("--interventions", action="store_true", help="also score the demand-targeted interventions")
+    parser.add_argument("--scvi-donor", action="store_true", help="also train scVI with the donor as batch")
     parser.add_argument(
         "--datasets", nargs="*", default=None, help=f"file names to run (default: all of {list(DATASETS)})"
     )
@@ -132,26 +173,32 @@ def main() -> None:
     if not data_dir.is_dir():
         raise SystemExit(f"{data_dir} not found: this benchmark reads the shared real datasets.")
     budget, repeats = (20.0, 2) if args.quick else (args.budget_s, args.n_repeats)
+    seeds = args.seeds[:1] if args.quick else args.seeds
     files = ["kang2018_pbmc_ctrl.h5ad"] if args.quick else (args.datasets or list(DATASETS))
     unknown = set(files) - set(DATASETS)
     if unknown:
         raise SystemExit(f"Unknown datasets {sorted(unknown)}; choose from {list(DATASETS)}.")
     gene_sets = Path(args.gene_sets_dir) / GENE_SETS
-    summary = {}
+    runs = []
     for name in files:
-        summary[name] = run_dataset(
-            data_dir / name,
-            budget,
-            repeats,
-            gene_sets if gene_sets.exists() else None,
-            args.seed,
-            Path(args.out),
-            interventions=not (args.quick or args.no_interventions),
-        )
-    if args.json:
-        path = Path(args.json)
-        previous = json.loads(path.read_text()) if path.exists() else {}
-        path.write_text(json.dumps({**previous, **summary}, indent=2, default=float))
+        for seed in seeds:
+            result = run_dataset(
+                data_dir / name,
+                budget,
+                repeats,
+                gene_sets if gene_sets.exists() else None,
+                seed,
+                Path(args.out),
+                interventions=args.interventions and not args.quick,
+                scvi_donor=args.scvi_donor,
+            )
+            runs.append({"dataset": name, "seed": seed, **result})
+            summary = summarize(runs, budget)
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            (Path(args.out) / "summary.md").write_text(summary)
+            if args.json:
+                Path(args.json).write_text(json.dumps(runs, indent=2, default=float))
+    print(summary, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,13 @@
 from ._module import SCTrilemmaModule
 from ._prior import PseudobulkPrior, gaussian_kl
-from ._tokens import GeneCrop, expressed_crop, training_crop
+from ._tokens import GeneCrop, expressed_crop, target_sample, training_crop
 
-__all__ = ["GeneCrop", "PseudobulkPrior", "SCTrilemmaModule", "expressed_crop", "gaussian_kl", "training_crop"]
+__all__ = [
+    "GeneCrop",
+    "PseudobulkPrior",
+    "SCTrilemmaModule",
+    "expressed_crop",
+    "gaussian_kl",
+    "target_sample",
+    "training_crop",
+]

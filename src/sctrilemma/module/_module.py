@@ -16,7 +16,14 @@ from torch.distributions import Normal
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
-from sctrilemma.module._tokens import GeneCrop, expressed_crop, log_normalize, target_sample, training_crop
+from sctrilemma.module._tokens import (
+    GeneCrop,
+    expressed_crop,
+    log_normalize,
+    target_sample,
+    thin_counts,
+    training_crop,
+)
 from sctrilemma.nn import (
     CrossAttentionBlock,
     ExpressionGate,
@@ -78,6 +85,11 @@ class SCTrilemmaModule(BaseModuleClass):
         Initial bias of the posterior log-variance head. ``0`` (PyTorch's default, the paper) starts
         the latent tokens at unit noise; a negative value starts them less noisy, so a short run's
         decoder can read the cell from its tokens before the head has learned to shrink the noise.
+    min_depth_fraction
+        With :attr:`n_decoder_targets` set and a value below 1, the encoder reads each training cell's
+        counts binomially thinned to a random fraction of its depth (log-uniform in
+        ``[min_depth_fraction, 1]``) while the decoder still reconstructs the full counts, so the
+        posterior learns to be the same at any sequencing depth. ``1`` (the paper) never thins.
 
     Notes
     -----
@@ -104,6 +116,7 @@ class SCTrilemmaModule(BaseModuleClass):
         pooling: Pooling = "mean",
         n_decoder_targets: int | None = None,
         posterior_logvar_init: float = 0.0,
+        min_depth_fraction: float = 1.0,
     ) -> None:
         super().__init__()
         if prior not in ("pseudobulk", "normal"):
@@ -129,6 +142,9 @@ class SCTrilemmaModule(BaseModuleClass):
         self.posterior_norm = RankSyncedBatchNorm1d(n_hidden)  # global-batch statistics under DDP
         self.to_mean = nn.Linear(n_hidden, n_hidden)
         self.to_logvar = nn.Linear(n_hidden, n_hidden)
+        if not 0.0 < min_depth_fraction <= 1.0:
+            raise ValueError(f"`min_depth_fraction` must be in (0, 1], got {min_depth_fraction}.")
+        self.min_depth_fraction = min_depth_fraction
         if posterior_logvar_init != 0.0:
             nn.init.constant_(self.to_logvar.bias, posterior_logvar_init)
         self.pooling = TokenPooling(n_hidden, pooling=pooling)
@@ -277,6 +293,9 @@ class SCTrilemmaModule(BaseModuleClass):
             elif self.n_decoder_targets is None:
                 crop = training_crop(x, self.crop_size)
             else:
+                if self.min_depth_fraction < 1.0:
+                    x = thin_counts(x, self.min_depth_fraction)
+                    library = x.sum(dim=1, keepdim=True)
                 crop = expressed_crop(x, self.crop_size, random_ties=True)
         q_mean, q_logvar = self.encode(crop, library)
         q_std = torch.exp(0.5 * q_logvar)

@@ -6,6 +6,7 @@ into the model's genes, so no per-cell Python loop runs.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -116,6 +117,16 @@ def target_sample(x: torch.Tensor, n_targets: int, generator: torch.Generator | 
         dim=1,
     ).to(x.dtype)
     return GeneCrop(genes, x.gather(1, genes) * mask, mask, weights * mask)
+
+
+def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Each cell's counts binomially thinned to a random fraction of its depth, log-uniform in ``[min_fraction, 1]``.
+
+    A cell left without counts keeps its original ones.
+    """
+    log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
+    thinned = torch.binomial(x, log_fraction.exp().expand_as(x), generator=generator)
+    return torch.where(thinned.sum(1, keepdim=True) > 0, thinned, x)
 
 
 def log_normalize(counts: torch.Tensor, library: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,125 @@
+"""Learning curve of SCTrilemma (small preset) on Kang 2018: training steps against identity, invariance and fidelity.
+
+One run with a wall-clock budget of ``--budget-multiple`` times ``--budget-s`` (given as ``max_time``, as a user
+would), evaluated on a fixed sample of cells at a geometric series of steps: k-means NMI and ARI, BRAS, depth R²
+(lower is better) and the reconstruction's logFC Spearman and top-100 DEG Jaccard, each cell type against the
+rest. The clock is stopped while a checkpoint is evaluated, so the budget counts training only. scVI (no batch
+covariate) trained for ``--budget-s`` and a log1p-CP10K PCA are scored on the same cells, for reference.
+
+Usage: ``python benchmarks/learning_curve.py [--budget-s 240] [--budget-multiple 10] [--seed 0] [--json PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import anndata as ad
+import numpy as np
+import scvi
+from lightning.pytorch.callbacks import Callback, Timer
+
+from sctrilemma import SCTrilemma, metrics
+from sctrilemma.benchmark import pca_baseline, scvi_baseline
+
+DATA = "kang2018_pbmc_ctrl.h5ad"
+LABEL_KEY, DONOR_KEY = "cell_type", "donor"
+
+
+def score(embedding: np.ndarray, reconstruction: np.ndarray | None, adata: ad.AnnData) -> dict[str, float]:
+    """The headline metrics of one embedding (and reconstruction) of ``adata``'s cells."""
+    labels, donors = adata.obs[LABEL_KEY].to_numpy(), adata.obs[DONOR_KEY].to_numpy()
+    result = metrics.nmi_ari_kmeans(embedding, labels, n_init=5)
+    result["bras"] = metrics.bras(embedding, labels, donors)
+    result["depth_r2"] = metrics.depth_r2(embedding, np.asarray(adata.X.sum(1)).ravel())
+    if reconstruction is not None:
+        contrasts = [
+            metrics.differential_expression_concordance(adata.X, reconstruction, labels, group)
+            for group in np.unique(labels)
+        ]
+        result["logfc_spearman"] = float(np.nanmean([c["logfc_spearman"] for c in contrasts]))
+        result["deg_jaccard"] = float(np.nanmean([c["deg_jaccard"] for c in contrasts]))
+    return {name: float(value) for name, value in result.items()}
+
+
+class Checkpoints(Callback):
+    """Score the model at given global steps, with the ``max_time`` clock stopped while scoring."""
+
+    def __init__(self, model: SCTrilemma, cells: np.ndarray, steps: list[int]) -> None:
+        self.model, self.cells, self.steps, self.rows = model, cells, set(steps), []
+        self.start = time.perf_counter()
+        self.paused = 0.0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step not in self.steps:
+            return
+        began = time.perf_counter()
+        pl_module.module.eval()
+        embedding = self.model.get_latent_representation(indices=self.cells)
+        reconstruction = self.model.get_normalized_expression(
+            indices=self.cells, gene_list=list(self.model.adata.var_names), library_size="observed", return_numpy=True
+        )
+        pl_module.module.train()
+        row = {"step": step, "train_s": began - self.start - self.paused}
+        row.update(score(embedding, reconstruction, self.model.adata[self.cells]))
+        self.rows.append(row)
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+        spent = time.perf_counter() - began
+        self.paused += spent
+        for callback in trainer.callbacks:  # give the scoring time back to the max_time budget
+            if isinstance(callback, Timer) and callback._start_time.get("train") is not None:
+                callback._start_time["train"] += spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--budget-s", type=float, default=240.0)
+    parser.add_argument("--budget-multiple", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-cells", type=int, default=2000, help="cells scored at each checkpoint")
+    parser.add_argument("--json", default="benchmarks/results/quality/learning_curve.json")
+    args = parser.parse_args()
+    adata = ad.read_h5ad(Path(args.data_dir) / DATA)
+    adata.obs[DONOR_KEY] = adata.obs[DONOR_KEY].astype(str)
+    cells = np.sort(np.random.default_rng(args.seed).choice(adata.n_obs, min(args.n_cells, adata.n_obs), replace=False))
+    sample = adata[cells].copy()
+    references = {"pca": score(pca_baseline(adata, seed=args.seed).embedding[cells], None, sample)}
+    scvi_result = scvi_baseline(adata, time_budget_s=args.budget_s, seed=args.seed)
+    references["scvi"] = score(scvi_result.embedding[cells], scvi_result.reconstruction[cells], sample)
+    references["scvi"]["train_s"] = scvi_result.train_seconds
+    print(json.dumps(references), flush=True)
+
+    scvi.settings.seed = args.seed
+    SCTrilemma.setup_anndata(adata, donor_key=DONOR_KEY)
+    model = SCTrilemma(adata, preset="small")
+    steps = [int(round(25 * 2 ** (k / 2))) for k in range(20)]
+    checkpoints = Checkpoints(model, cells, steps)
+    model.train(
+        max_epochs=10_000,
+        max_time=timedelta(seconds=args.budget_s * args.budget_multiple),
+        batch_size=128,
+        enable_progress_bar=False,
+        callbacks=[checkpoints],
+    )
+    result = {
+        "budget_s": args.budget_s,
+        "budget_multiple": args.budget_multiple,
+        "seed": args.seed,
+        "final_step": int(model.trainer.global_step),
+        "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None,
+        "load_average_1min_at_end": os.getloadavg()[0],
+        "references": references,
+        "curve": checkpoints.rows,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Decoder target samples, the training crop of the decoupled regime, and count thinning."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+import torch
+
+from sctrilemma.module import SCTrilemmaModule, expressed_crop, target_sample
+from sctrilemma.module._tokens import thin_counts
+
+if TYPE_CHECKING:
+    import anndata as ad
+
+
+@pytest.fixture
+def counts(small_adata: ad.AnnData) -> torch.Tensor:
+    return torch.as_tensor(small_adata.X.toarray(), dtype=torch.float32)
+
+
+def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.Tensor) -> None:
+    sample = target_sample(counts, 64, generator=torch.Generator().manual_seed(0))
+    assert sample.genes.shape == sample.counts.shape == sample.mask.shape == sample.weights.shape == (counts.shape[0], 64)
+    assert torch.equal(sample.counts, counts.gather(1, sample.genes) * sample.mask)
+    real = sample.mask
+    assert ((sample.counts > 0) & real).sum(1).min() >= 16  # a quarter most expressed, a quarter other expressed
+    assert ((sample.counts == 0) & real).sum(1).min() == 32  # half zero-count genes, in every cell
+    ordered = torch.where(real, sample.genes, -torch.arange(1, 65).expand_as(sample.genes)).sort(1).values
+    assert (ordered[:, 1:] != ordered[:, :-1]).all()  # no gene twice
+    # The first quarter is each cell's most expressed genes, with weight 1.
+    top = counts.topk(16, dim=1).values
+    assert torch.equal(sample.counts[:, :16].sort(1, descending=True).values, top)
+    assert (sample.weights[:, :16] == 1).all()
+
+
+def test_target_sample_weighted_sums_are_unbiased_for_sums_over_all_genes(counts: torch.Tensor) -> None:
+    x = counts[:6]
+    values = torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) + x  # any per-gene quantity
+    generator = torch.Generator().manual_seed(2)
+    draws = torch.stack([
+        (sample.weights * values.gather(1, sample.genes)).sum(1)
+        for sample in (target_sample(x, 64, generator=generator) for _ in range(3000))
+    ])
+    np.testing.assert_allclose(draws.mean(0), values.sum(1), rtol=0.01)
+
+
+def test_target_sample_takes_every_gene_when_there_are_few(counts: torch.Tensor) -> None:
+    x = counts[:, :40]
+    sample = target_sample(x, 64)
+    assert torch.equal(sample.genes, torch.arange(40).expand(x.shape[0], -1))
+    assert sample.mask is None
+    assert (sample.weights == 1).all()
+
+
+def test_training_and_embedding_crops_keep_the_same_genes(counts: torch.Tensor) -> None:
+    crop_size = 128
+    embedding = expressed_crop(counts, crop_size)
+    training = expressed_crop(counts, crop_size, random_ties=True)
+    for i in range(counts.shape[0]):
+        kept_e = set(embedding.genes[i][embedding.mask[i]].tolist())
+        kept_t = set(training.genes[i][training.mask[i]].tolist())
+        assert len(kept_e) == len(kept_t)
+        edge = embedding.counts[i][embedding.mask[i]].min()
+        # Identical except among genes whose count equals the crop's smallest kept count.
+        assert {g for g in kept_e if counts[i, g] > edge} == {g for g in kept_t if counts[i, g] > edge}
+
+
+def test_module_trains_on_the_embedding_crop_with_sampled_targets(counts: torch.Tensor, tiny: dict) -> None:
+    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
+    module = SCTrilemmaModule(counts.shape[1], **sizes, prior="normal", n_decoder_targets=32)
+    module.train()
+    inference = module.inference(counts[:50])
+    expected = expressed_crop(counts[:50], tiny["crop_size"])
+    assert inference["crop"].genes.shape == expected.genes.shape
+    generative_input = module._get_generative_input({"X": counts[:50]}, inference)
+    assert generative_input["target"].weights is not None
+    assert ((generative_input["target"].counts == 0) & generative_input["target"].mask).any(1).all()
+    _, _, loss = module({"X": counts[:50]})
+    assert torch.isfinite(loss.loss)
+    loss.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
+
+
+def test_decoder_output_changes_with_the_latent_tokens(counts: torch.Tensor, tiny: dict) -> None:
+    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
+    module = SCTrilemmaModule(counts.shape[1], **sizes, prior="normal", n_decoder_targets=32).eval()
+    genes = torch.arange(100)
+    tokens = torch.randn(3, tiny["n_latent_tokens"], tiny["n_hidden"])
+    with torch.no_grad():
+        own = module.decode(tokens, tokens.mean(1), genes)
+        other = module.decode(tokens.roll(1, 0), tokens.roll(1, 0).mean(1), genes)
+    assert (own - other).abs().amax() > 1e-3
+
+
+def test_thin_counts_keeps_a_random_fraction_of_each_cells_depth(counts: torch.Tensor) -> None:
+    thinned = thin_counts(counts, 0.25, generator=torch.Generator().manual_seed(0))
+    assert (thinned <= counts).all()
+    assert (thinned == thinned.round()).all()
+    fraction = thinned.sum(1) / counts.sum(1)
+    assert fraction.min() > 0.2
+    assert fraction.max() <= 1.0
+    assert fraction.std() > 0.1  # a different depth per cell
+    assert torch.equal(thin_counts(counts, 1.0), counts)
+
+
+def test_invalid_options_are_refused(tiny: dict) -> None:
+    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
+    with pytest.raises(ValueError, match="n_decoder_targets"):
+        SCTrilemmaModule(100, **sizes, n_decoder_targets=2)
+    with pytest.raises(ValueError, match="min_depth_fraction"):
+        SCTrilemmaModule(100, **sizes, min_depth_fraction=0.0)
