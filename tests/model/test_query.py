@@ -224,7 +224,7 @@ def test_imputes_unmeasured_genes(query_model: SCTrilemma, measured: np.ndarray)
     unmeasured = np.setdiff1d(np.arange(vocabulary.size), measured)
     assert not query_model.adata.var["measured"].to_numpy()[unmeasured].any()
     genes = list(vocabulary[unmeasured[:: max(1, unmeasured.size // 8)][:8]]) + list(vocabulary[measured[:3]])
-    expression = query_model.get_normalized_expression(indices=np.arange(10), gene_list=genes)
+    expression = query_model.get_normalized_expression(indices=np.arange(10), gene_list=genes, library_size="observed")
     assert list(expression.columns) == genes
     assert expression.shape == (10, len(genes))
     values = expression.to_numpy()

@@ -11,7 +11,7 @@ import torch
 from scvi import REGISTRY_KEYS, settings
 from scvi.data import AnnDataManager, fields
 from scvi.data._utils import _check_if_view
-from scvi.model.base import BaseModelClass, UnsupervisedTrainingMixin, VAEMixin
+from scvi.model.base import BaseModelClass, RNASeqMixin, UnsupervisedTrainingMixin, VAEMixin
 from scvi.utils import setup_anndata_dsp
 
 from sctrilemma._allocator import retain_freed_memory
@@ -49,7 +49,14 @@ PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
 class SCTrilemma(
-    CensusMixin, ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass
+    CensusMixin,
+    ReferenceMixin,
+    ExpressionMixin,
+    PriorSetupMixin,
+    RNASeqMixin,
+    VAEMixin,
+    UnsupervisedTrainingMixin,
+    BaseModelClass,
 ):
     """scTrilemma: a gene-token Perceiver VAE with E-Gate, C-Route and PB-Cond :cite:p:`sctrilemma`.
 
