@@ -200,6 +200,7 @@ class SCTrilemma(
         **kwargs
             Passed to :meth:`~scvi.data.AnnDataManager.register_fields`.
         """
+        _refuse_scvi_covariates(kwargs)
         setup_method_args = cls._get_setup_method_args(**locals())
         if not kwargs.get("source_registry"):
             check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
@@ -248,6 +249,7 @@ class SCTrilemma(
         --------
         >>> sctrilemma.SCTrilemma.setup_mudata(mdata, donor_key="donor", modalities={"rna_layer": "rna"})
         """
+        _refuse_scvi_covariates(kwargs)
         setup_method_args = cls._get_setup_method_args(**locals())
         modalities = cls._create_modalities_attr_dict(modalities or {"rna_layer": "rna"}, setup_method_args)
         if modalities.rna_layer is None or modalities.rna_layer not in mdata.mod:
@@ -343,7 +345,8 @@ class SCTrilemma(
         min_expressed_genes
             Cells with fewer expressed genes are not trained on.
         datasplitter_kwargs
-            Passed to :class:`~scvi.dataloaders.DataSplitter`.
+            Passed to :class:`~scvi.dataloaders.DataSplitter`. ``{"external_indexing": [train, validation, test]}``
+            replaces the model's split (then ``min_expressed_genes`` is not applied).
         plan_kwargs
             Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan` (``lr``, ``max_kl_weight``, ...).
             The learning rate defaults to the preset's: 2e-4 (``"paper"``) or 1e-3 (``"small"``).
@@ -365,9 +368,12 @@ class SCTrilemma(
         self.module.train()
         retain_freed_memory()
         self._prepare_prior(self.adata)
-        splits = self._training_split(train_size, validation_size, min_expressed_genes)
-        datasplitter_kwargs = {**(datasplitter_kwargs or {}), "external_indexing": splits}
-        n_train = splits[0].size
+        datasplitter_kwargs = dict(datasplitter_kwargs or {})
+        splits = datasplitter_kwargs.get("external_indexing") or self._training_split(
+            train_size, validation_size, min_expressed_genes
+        )
+        datasplitter_kwargs["external_indexing"] = splits
+        n_train = np.asarray(splits[0]).size
         steps_per_epoch = max(1, math.ceil(n_train / batch_size))
         if max_steps is not None:
             max_epochs = math.ceil(max_steps / steps_per_epoch)
@@ -473,3 +479,20 @@ def _layer(adata: AnnData, layer: str):
 
 def _uses_cuda(accelerator: str) -> bool:
     return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
+
+
+def _refuse_scvi_covariates(kwargs: dict) -> None:
+    """scVI's ``batch_key``/``labels_key`` (and covariate keys) have no meaning here: say what to use instead."""
+    hints = {
+        "batch_key": "pass the column as `donor_key` (PB-Cond's groups; add `dataset_key` for studies)",
+        "labels_key": "the model is unsupervised; keep labels in `adata.obs` for evaluation",
+        "categorical_covariate_keys": "pass donors as `donor_key` and studies as `dataset_key`",
+        "continuous_covariate_keys": "continuous covariates are not modelled",
+        "size_factor_key": "the likelihood uses each cell's observed total",
+    }
+    for argument, hint in hints.items():
+        if kwargs.get(argument) is not None:
+            raise ValueError(
+                f"SCTrilemma.setup_anndata has no `{argument}` (got {kwargs[argument]!r}): {hint}. "
+                "See the 'Coming from scVI' page of the user guide."
+            )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import anndata as ad
 import numpy as np
 import pandas as pd
+import torch
 from scvi.model._utils import parse_device_args
 
 from sctrilemma._validation import check_counts, check_obs_keys
@@ -20,12 +21,12 @@ from sctrilemma.io._reference import read_reference, versions, write_reference
 if TYPE_CHECKING:
     import os
 
-    import torch
     from mudata import MuData
 
 logger = logging.getLogger(__name__)
 
 REFERENCE_ATTRIBUTES = ("prior_", "is_trained_")
+SPLIT_ATTRIBUTES = ("train_indices", "validation_indices", "test_indices")
 MEASURED_COLUMN = "measured"
 
 
@@ -54,38 +55,70 @@ class ReferenceMixin:
     def save(
         self,
         dir_path: str | os.PathLike,
+        prefix: str | None = None,
         overwrite: bool = False,
         save_anndata: bool = False,
+        save_kwargs: dict | None = None,
+        legacy_mudata_format: bool = False,
+        datamodule=None,
         **anndata_write_kwargs,
     ) -> None:
-        """Save a self-contained reference to ``dir_path/model.safetensors``.
+        """Save a self-contained reference to ``dir_path/<prefix>model.safetensors``.
 
-        The file holds the weights, the configuration, the gene vocabulary (Ensembl IDs and symbols
-        when known), the PB-Cond codebook, the scvi-tools registry, package versions and a
-        checksum. It is written to a temporary file and renamed, so an interrupted save leaves an
-        earlier reference intact. Loading it never unpickles anything.
+        The arguments are scvi-tools' (:meth:`scvi.model.base.BaseModelClass.save`). The file holds the
+        weights, the configuration, the gene vocabulary (Ensembl IDs and symbols when known), the PB-Cond
+        codebook, the scvi-tools registry, the training split's indices, package versions and a checksum. It
+        is written to a temporary file and renamed, so an interrupted save leaves an earlier reference
+        intact. Loading it never unpickles anything.
 
         Parameters
         ----------
         dir_path
             Directory to write (created if needed).
+        prefix
+            Prepended to the file names.
         overwrite
             Replace an existing reference.
         save_anndata
-            Also write the model's AnnData to ``dir_path/adata.h5ad``.
+            Also write the model's AnnData to ``dir_path/<prefix>adata.h5ad`` (``mdata.h5mu`` for MuData).
+        save_kwargs, legacy_mudata_format, datamodule
+            scvi-tools arguments for its pickle-based ``model.pt``; they have no effect here.
         **anndata_write_kwargs
             Passed to :meth:`anndata.AnnData.write_h5ad`.
         """
+        del save_kwargs, legacy_mudata_format, datamodule
         codebook = self.pseudobulk_codebook_
+        splits = {
+            name: torch.as_tensor(np.asarray(getattr(self, f"{name}_"), dtype=np.int64))
+            for name in SPLIT_ATTRIBUTES
+            if getattr(self, f"{name}_", None) is not None
+        }
+        if save_anndata and self.adata is None:
+            raise ValueError("`save_anndata=True` but the model has no AnnData; attach one or pass `save_anndata=False`.")
         write_reference(
             dir_path,
             self.module.state_dict(),
             self._reference_metadata(),
             None if codebook is None else codebook["centroids"],
             overwrite=overwrite,
+            prefix=prefix,
+            extra=splits,
         )
         if save_anndata:
-            self.adata.write_h5ad(Path(dir_path) / "adata.h5ad", **anndata_write_kwargs)
+            self.adata.write(Path(dir_path) / _data_file_name(self.adata, prefix), **anndata_write_kwargs)
+
+    @staticmethod
+    def load_registry(dir_path: str | os.PathLike, prefix: str | None = None) -> dict:
+        """The scvi-tools registry saved in a reference, as :meth:`scvi.model.base.BaseModelClass.load_registry`."""
+        return read_reference(dir_path, prefix=prefix).metadata["registry"]
+
+    @staticmethod
+    def view_setup_args(dir_path: str | os.PathLike, prefix: str | None = None) -> None:
+        """Print the setup arguments of a saved reference, as :meth:`scvi.model.base.BaseModelClass.view_setup_args`."""
+        import rich.pretty  # noqa: F401 - scvi-tools 1.4.2 uses `rich.pretty` here without importing it
+        from scvi.data import AnnDataManager
+
+        AnnDataManager.view_setup_method_args(ReferenceMixin.load_registry(dir_path, prefix))
 
     @classmethod
     def _from_parts(cls, module_state: dict[str, torch.Tensor], metadata: dict[str, Any]):
@@ -117,31 +150,57 @@ class ReferenceMixin:
         adata: ad.AnnData | MuData | None = None,
         accelerator: str = "auto",
         device: int | str = "auto",
+        prefix: str | None = None,
+        backup_url: str | None = None,
+        datamodule=None,
+        allowed_classes_names_list: list[str] | None = None,
     ):
-        """Load a reference written by :meth:`~sctrilemma.SCTrilemma.save`.
+        """Load a reference written by :meth:`~sctrilemma.SCTrilemma.save` (scvi-tools' arguments).
 
         Parameters
         ----------
         dir_path
-            Directory with ``model.safetensors``.
+            Directory with ``<prefix>model.safetensors``.
         adata
-            Data with the model's genes to attach; without it the model embeds data passed later.
+            Data with the model's genes to attach; by default the saved ``adata.h5ad`` if there is one,
+            else none (the model embeds data passed later).
         accelerator, device
             Where to put the model (scvi-tools conventions).
+        prefix
+            Prefix of the saved file names.
+        backup_url
+            Not supported (references are not downloaded); must be ``None``.
+        datamodule
+            Not used.
+        allowed_classes_names_list
+            Model class names accepted besides ``SCTrilemma``.
 
         Returns
         -------
-        The model, in evaluation mode.
+        The model, in evaluation mode, with the saved training split (``train_indices`` ...).
 
         Raises
         ------
         ValueError
             For a corrupt, truncated, tampered or pickle-based file.
         """
-        reference = read_reference(dir_path)
+        del datamodule
+        if backup_url is not None:
+            raise ValueError(
+                f"`backup_url={backup_url!r}` is not supported: download the reference directory yourself and "
+                "pass its path."
+            )
+        reference = read_reference(dir_path, prefix=prefix)
+        if allowed_classes_names_list and reference.metadata.get("model_name") in allowed_classes_names_list:
+            reference.metadata["model_name"] = cls.__name__
         model = cls._from_parts(reference.module_state, reference.metadata)
+        for name in SPLIT_ATTRIBUTES:
+            if name in reference.extra:
+                setattr(model, f"{name}_", reference.extra[name].numpy())
         _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
         model.to_device(torch_device)
+        if adata is None:
+            adata = _read_saved_data(Path(dir_path), prefix)
         if adata is not None:
             model.adata = adata
         return model
@@ -276,3 +335,19 @@ def _string_group_categories(registry: dict) -> None:
             continue
         state = registry["field_registries"][field]["state_registry"]
         state["categorical_mapping"] = np.asarray(state["categorical_mapping"]).astype(str).astype(object)
+
+
+def _data_file_name(adata: ad.AnnData | MuData, prefix: str | None) -> str:
+    """scvi-tools' file name for saved data: ``adata.h5ad``, or ``mdata.h5mu`` for MuData."""
+    return f"{prefix or ''}{'mdata.h5mu' if hasattr(adata, 'mod') else 'adata.h5ad'}"
+
+
+def _read_saved_data(directory: Path, prefix: str | None) -> ad.AnnData | MuData | None:
+    """The data saved beside a reference with ``save_anndata=True``, if any."""
+    if (directory / f"{prefix or ''}adata.h5ad").exists():
+        return ad.read_h5ad(directory / f"{prefix or ''}adata.h5ad")
+    if (directory / f"{prefix or ''}mdata.h5mu").exists():
+        import mudata
+
+        return mudata.read_h5mu(directory / f"{prefix or ''}mdata.h5mu")
+    return None
