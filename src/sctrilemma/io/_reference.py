@@ -82,6 +82,8 @@ def _checksum(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str
             digest.update(f"{key}\0{metadata[key]}\0".encode())
     for key in sorted(tensors):
         tensor = tensors[key].detach().cpu().contiguous()
+        if tensor.numel() == 0:  # an empty tensor may have stride 0, which cannot be viewed as bytes
+            tensor = torch.empty(tensor.shape, dtype=tensor.dtype)
         digest.update(f"{key}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()

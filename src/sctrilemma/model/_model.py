@@ -359,6 +359,8 @@ class SCTrilemma(
         ``min_expressed_genes`` are then the data module's, and training uses every selected cell.
         Under DDP the posterior BatchNorm normalises with statistics all-reduced over ranks.
         """
+        if self._nothing_to_train():
+            return None
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
         if self.datamodule is not None:
             return self._train_streamed(

@@ -210,25 +210,32 @@ class ReferenceMixin:
     def prepare_query_anndata(
         cls,
         adata: ad.AnnData,
-        reference,
+        reference_model,
+        return_reference_var_names: bool = False,
+        inplace: bool = True,
         layer: str | None = None,
         donor_key: str | None = None,
         dataset_key: str | None = None,
         min_overlap: float = 0.5,
-    ) -> ad.AnnData:
-        """A copy of a query in the reference's gene space, ready for zero-shot use.
+    ) -> ad.AnnData | pd.Index | None:
+        """A query in the reference's gene space, ready for zero-shot use (scvi-tools' arguments).
 
         Genes are matched by Ensembl ID (version suffixes such as ``.3`` stripped) or by symbol
         (``var_names`` or a ``gene_symbols``-like column), whichever matches more; a report is
         logged. Reference genes the query did not measure are zero columns and are flagged in
-        ``var["measured"]``; they never become encoder tokens. The user's AnnData is not modified.
+        ``var["measured"]``; they never become encoder tokens.
 
         Parameters
         ----------
         adata
             Query with raw counts.
-        reference
+        reference_model
             A trained model or the directory of a saved reference.
+        return_reference_var_names
+            Only return the reference's genes (``var_names``), as a :class:`pandas.Index`.
+        inplace
+            Replace ``adata``'s contents with the prepared query (scVI's default) and return ``None``;
+            ``False`` leaves ``adata`` unchanged and returns the prepared copy.
         layer
             Layer with the query's counts; defaults to the reference's layer when the query has it,
             else ``X``.
@@ -240,14 +247,16 @@ class ReferenceMixin:
 
         Returns
         -------
-        New AnnData ``(n_obs, n_reference_genes)``.
+        ``None`` (``inplace=True``), a new AnnData ``(n_obs, n_reference_genes)``, or the reference's genes.
 
         Raises
         ------
         ValueError
             If counts are not raw counts or too few genes match (the message names the likely cause).
         """
-        model = reference if isinstance(reference, cls) else cls.load(reference)
+        model = reference_model if isinstance(reference_model, cls) else cls.load(reference_model)
+        if return_reference_var_names:
+            return pd.Index(model.gene_names_.astype(str))
         setup_args = model.registry_["setup_args"]
         reference_layer = setup_args.get("layer") or setup_args.get("rna_layer")
         if layer is None and reference_layer is not None and reference_layer in adata.layers:
@@ -290,37 +299,119 @@ class ReferenceMixin:
             "n_matched": match.n_matched,
             "expressed_fraction": match.expressed_fraction,
         }
+        if inplace:
+            adata._init_as_actual(query)
+            return None
         return query
 
     @classmethod
-    def load_query_data(cls, adata: ad.AnnData, reference, **prepare_kwargs):
+    def load_query_data(
+        cls,
+        adata: ad.AnnData,
+        reference_model,
+        registry: dict | None = None,
+        inplace_subset_query_vars: bool = False,
+        accelerator: str = "auto",
+        device: int | str = "auto",
+        unfrozen: bool = False,
+        freeze_dropout: bool = False,
+        freeze_expression: bool = True,
+        freeze_decoder_first_layer: bool = True,
+        freeze_batchnorm_encoder: bool = True,
+        freeze_batchnorm_decoder: bool = False,
+        freeze_classifier: bool = True,
+        transfer_batch: bool = True,
+        datamodule=None,
+        **prepare_kwargs,
+    ):
         """A new model that embeds ``adata`` zero-shot with a reference's weights: no training needed.
+
+        The arguments are scvi-tools' (:meth:`scvi.model.base.ArchesMixin.load_query_data`). The reference's
+        vocabulary covers every gene the model can use and the PB-Cond codes of new donors come from the
+        frozen codebook, so a query adds no parameters: with the default freezing, :meth:`train` has nothing
+        to train and leaves every reference weight unchanged (it logs this and returns). ``unfrozen=True``
+        fine-tunes all weights on the query; ``freeze_expression=False`` fine-tunes only the gene embeddings
+        and the E-Gate (the encoder's expression input).
 
         Parameters
         ----------
         adata
-            Query with raw counts (any gene set with enough overlap), which is left unchanged and
-            mapped with :meth:`prepare_query_anndata`, or that method's output, used as it is.
-        reference
+            Query with raw counts (any gene set with enough overlap), mapped with :meth:`prepare_query_anndata`,
+            or that method's output, used as it is.
+        reference_model
             A trained model (left unchanged) or the directory of a saved reference.
+        registry
+            Not used (the registry is the reference's).
+        inplace_subset_query_vars
+            Map ``adata`` itself into the reference's genes (``prepare_query_anndata(inplace=True)``) and
+            attach it; by default ``adata`` is left unchanged and a mapped copy is attached.
+        accelerator, device
+            Where to put the model.
+        unfrozen
+            Make every weight trainable.
+        freeze_dropout
+            Switch dropout off for query training.
+        freeze_expression
+            Keep the gene embeddings and E-Gate frozen.
+        freeze_batchnorm_encoder
+            Keep the posterior BatchNorm's running statistics.
+        freeze_decoder_first_layer, freeze_batchnorm_decoder, freeze_classifier, transfer_batch, datamodule
+            scVI options without a counterpart here (no batch covariate, no classifier); no effect.
         **prepare_kwargs
-            Passed to :meth:`prepare_query_anndata` when ``adata`` is not yet in the reference's genes.
+            Passed to :meth:`prepare_query_anndata` (``layer``, ``donor_key``, ``dataset_key``, ``min_overlap``).
 
         Returns
         -------
-        The model with ``adata`` attached; call :meth:`get_latent_representation`.
+        The model with the query attached; call :meth:`get_latent_representation`.
         """
-        if isinstance(reference, cls):
-            model = cls._from_parts(reference.module.state_dict(), reference._reference_metadata())
-            if reference.pseudobulk_codebook_ is not None:
-                model.pseudobulk_codebook_ = dict(reference.pseudobulk_codebook_)
+        del registry, freeze_decoder_first_layer, freeze_batchnorm_decoder, freeze_classifier, transfer_batch
+        del datamodule
+        if isinstance(reference_model, cls):
+            model = cls._from_parts(reference_model.module.state_dict(), reference_model._reference_metadata())
+            if reference_model.pseudobulk_codebook_ is not None:
+                model.pseudobulk_codebook_ = dict(reference_model.pseudobulk_codebook_)
         else:
-            model = cls.load(reference)
+            model = cls.load(reference_model)
         if "sctrilemma_gene_match" not in adata.uns:
-            adata = cls.prepare_query_anndata(adata, model, **prepare_kwargs)
+            if inplace_subset_query_vars:
+                cls.prepare_query_anndata(adata, model, inplace=True, **prepare_kwargs)
+            else:
+                adata = cls.prepare_query_anndata(adata, model, inplace=False, **prepare_kwargs)
         _string_group_categories(model.registry_)
+        _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
+        model.to_device(torch_device)
         model.adata = adata
+        _freeze_for_query(model.module, unfrozen, freeze_expression, freeze_dropout, freeze_batchnorm_encoder)
         return model
+
+    def _nothing_to_train(self) -> bool:
+        """Whether every parameter is frozen (a query loaded with the default freezing); logs why."""
+        if any(parameter.requires_grad for parameter in self.module.parameters()):
+            return False
+        logger.warning(
+            "Nothing to train: this query model's reference weights are frozen and a query adds no parameters, "
+            "so it embeds zero-shot as it is. Pass `unfrozen=True` (or `freeze_expression=False`) to "
+            "`load_query_data` to fine-tune."
+        )
+        return True
+
+
+def _freeze_for_query(
+    module: torch.nn.Module, unfrozen: bool, freeze_expression: bool, freeze_dropout: bool, freeze_batchnorm: bool
+) -> None:
+    """scArches-style freezing of a query model's module (see :meth:`ReferenceMixin.load_query_data`)."""
+    trainable = ("",) if unfrozen else () if freeze_expression else ("gene_embedding.", "expression_gate.")
+    for name, parameter in module.named_parameters():
+        parameter.requires_grad_(any(name.startswith(prefix) for prefix in trainable))
+    if unfrozen:
+        return
+    for submodule in module.modules():
+        if freeze_dropout and isinstance(submodule, torch.nn.Dropout):
+            submodule.p = 0.0
+        if freeze_dropout and isinstance(getattr(submodule, "dropout_rate", None), float):
+            submodule.dropout_rate = 0.0  # attention-weight dropout
+        if freeze_batchnorm and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            submodule.momentum = 0.0
 
 
 def _string_group_categories(registry: dict) -> None:
