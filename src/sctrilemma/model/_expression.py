@@ -109,6 +109,11 @@ class ExpressionMixin:
                 f"`library_size` must be a number, 'observed' or 'latent', got {library_size!r}; "
                 "pass `library_size=1` for proportions or 'observed' for expected counts."
             )
+        if weights == "importance":
+            raise ValueError(
+                "`weights='importance'` is not supported: it needs scVI's importance weights of a single latent z. "
+                "Use `weights='uniform'` (the default)."
+            )
         if dataloader is None:
             adata = self._validate_anndata(adata)
             self._check_cells_have_counts(adata, indices)
