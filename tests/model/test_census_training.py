@@ -81,6 +81,8 @@ def test_census_training_errors(census_model: SCTrilemma, census_dir, tiny_sizes
 def test_census_ddp_two_cpu_processes(census_dir: Path, tmp_path: Path):
     """Real DDP with 2 gloo processes: disjoint shards, identical weights and BatchNorm statistics, a usable reference."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    working_directory = tmp_path / "cwd"
+    working_directory.mkdir()
     result = subprocess.run(
         [sys.executable, str(DDP_SCRIPT), str(census_dir), str(tmp_path)],
         capture_output=True,
@@ -88,8 +90,10 @@ def test_census_ddp_two_cpu_processes(census_dir: Path, tmp_path: Path):
         env=env,
         timeout=300,
         check=False,
+        cwd=working_directory,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert list(working_directory.iterdir()) == []  # no lightning_logs/ (history kept in a temporary directory)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2]
     seen = [set(r["seen"]) for r in ranks]

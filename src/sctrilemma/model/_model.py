@@ -28,6 +28,7 @@ from sctrilemma.model._expression import ExpressionMixin
 from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
+from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
 from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import SCTrilemmaTrainingPlan
@@ -110,6 +111,7 @@ class SCTrilemma(
 
     _module_cls = SCTrilemmaModule
     _training_plan_cls = SCTrilemmaTrainingPlan
+    _train_runner_cls = SCTrilemmaTrainRunner
 
     def __init__(
         self,
