@@ -134,7 +134,7 @@ class ExpressionMixin:
         values = super().get_normalized_expression(
             adata=adata,
             indices=indices,
-            transform_batch=transform_batch,
+            transform_batch=None,  # no batch covariate: any value (e.g. a donor name) has no effect
             gene_list=None,
             library_size="latent" if isinstance(library_size, str) else library_size,
             n_samples=n_samples,

@@ -95,7 +95,10 @@ def test_scvi():
     assert model.get_reconstruction_error()["reconstruction_loss"].ndim == 0
     assert model.get_reconstruction_error(return_mean=False)["reconstruction_loss"].shape == (adata.n_obs,)
     # transform_batch is accepted and has no effect (no batch covariate)
-    assert model.get_normalized_expression(transform_batch=None).shape == (adata.n_obs, adata.n_vars)
+    assert model.get_normalized_expression(transform_batch="batch_1").shape == (adata.n_obs, adata.n_vars)
+    np.testing.assert_array_equal(
+        model.get_normalized_expression(transform_batch="batch_1"), model.get_normalized_expression()
+    )
     assert model.get_normalized_expression(n_samples=2).shape == (adata.n_obs, adata.n_vars)
 
     # "Test without an observed lib size" (use_observed_lib_size=False, var_activation) is scVI-only.
