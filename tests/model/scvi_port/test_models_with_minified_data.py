@@ -1,9 +1,10 @@
 """scvi-tools 1.4.2 ``tests/model/test_models_with_minified_data.py``: not ported yet.
 
 Latent-mode minification (``minify_adata``) needs the module's inference to read cached posterior parameters
-(``BaseMinifiedModeModuleClass``: ``_regular_inference``/``_cached_inference``). SCTrilemma's posterior is
-``K`` latent tokens, which would be cached as ``(n_obs, K * n_hidden)`` arrays, and its ``inference`` is being
-rewritten; the port waits for that. SCANVI tests have no counterpart (no labels).
+(``BaseMinifiedModeModuleClass``: ``_regular_inference``/``_cached_inference``). scVI's workflow caches
+``get_latent_representation(return_dist=True)``; SCTrilemma's is the pooled ``(n_obs, n_hidden)`` posterior, which
+cannot drive the decoder: that needs the ``K`` latent tokens, cached as ``(n_obs, K * n_hidden)`` arrays, and an
+``inference`` that reads them (being rewritten). The port waits for that. SCANVI tests have no counterpart.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 pytestmark = pytest.mark.skip(
-    reason="minify_adata is not implemented: the module's inference cannot yet read cached token posteriors"
+    reason="minify_adata is not implemented: the decoder needs cached token posteriors, not the pooled one"
 )
 
 SCVI_TESTS = (
