@@ -29,7 +29,7 @@ from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs, 
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
 from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
-from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols
+from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols, refuse_scvi_covariates
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import SCTrilemmaTrainingPlan
 
@@ -202,7 +202,7 @@ class SCTrilemma(
         **kwargs
             Passed to :meth:`~scvi.data.AnnDataManager.register_fields`.
         """
-        _refuse_scvi_covariates(kwargs)
+        refuse_scvi_covariates(kwargs)
         setup_method_args = cls._get_setup_method_args(**locals())
         if not kwargs.get("source_registry"):
             check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
@@ -251,7 +251,7 @@ class SCTrilemma(
         --------
         >>> sctrilemma.SCTrilemma.setup_mudata(mdata, donor_key="donor", modalities={"rna_layer": "rna"})
         """
-        _refuse_scvi_covariates(kwargs)
+        refuse_scvi_covariates(kwargs)
         setup_method_args = cls._get_setup_method_args(**locals())
         modalities = cls._create_modalities_attr_dict(modalities or {"rna_layer": "rna"}, setup_method_args)
         if modalities.rna_layer is None or modalities.rna_layer not in mdata.mod:
@@ -483,20 +483,3 @@ def _layer(adata: AnnData, layer: str):
 
 def _uses_cuda(accelerator: str) -> bool:
     return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
-
-
-def _refuse_scvi_covariates(kwargs: dict) -> None:
-    """scVI's ``batch_key``/``labels_key`` (and covariate keys) have no meaning here: say what to use instead."""
-    hints = {
-        "batch_key": "pass the column as `donor_key` (PB-Cond's groups; add `dataset_key` for studies)",
-        "labels_key": "the model is unsupervised; keep labels in `adata.obs` for evaluation",
-        "categorical_covariate_keys": "pass donors as `donor_key` and studies as `dataset_key`",
-        "continuous_covariate_keys": "continuous covariates are not modelled",
-        "size_factor_key": "the likelihood uses each cell's observed total",
-    }
-    for argument, hint in hints.items():
-        if kwargs.get(argument) is not None:
-            raise ValueError(
-                f"SCTrilemma.setup_anndata has no `{argument}` (got {kwargs[argument]!r}): {hint}. "
-                "See the 'Coming from scVI' page of the user guide."
-            )
