@@ -173,7 +173,9 @@ def test_interventions_on_a_trained_model(small_adata, tiny):
     np.testing.assert_allclose(tokens.mean(1), model.get_latent_representation(), atol=1e-5)
     library = small_adata.X.toarray().sum(1)
     decoded = model.decode_latent_tokens(tokens[:10], library_size=library[:10])
-    expected = model.get_normalized_expression(indices=np.arange(10), gene_list=list(small_adata.var_names))
+    expected = model.get_normalized_expression(
+        indices=np.arange(10), gene_list=list(small_adata.var_names), library_size="observed"
+    )
     np.testing.assert_allclose(decoded, expected.to_numpy(), rtol=1e-4, atol=1e-5)
 
     outputs = intervention_outputs(model, small_adata, "donor", alphas=(0.0, 1.0))

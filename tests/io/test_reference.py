@@ -87,7 +87,7 @@ def test_saves_a_single_safetensors_file(saved: Path) -> None:
     assert metadata["format"] == "sctrilemma-reference"
     assert {"config", "registry", "genes", "gene_symbols", "codebook", "checksum"} <= set(metadata)
     assert "pseudobulk.centroids" in header
-    assert all(key.startswith(("module.", "pseudobulk.", "__metadata__")) for key in header)
+    assert all(key.startswith(("module.", "pseudobulk.", "split.", "__metadata__")) for key in header)
 
 
 @pytest.mark.parametrize("with_adata", [True, False])

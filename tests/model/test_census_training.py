@@ -91,16 +91,19 @@ def test_census_ddp_two_cpu_processes(census_dir: Path, tmp_path: Path):
     # job this suite runs inside, so the two ranks never join, or collide with, another job's process group.
     inherited = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV and not k.startswith("SLURM_")}
     env = {**inherited, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    working_directory = tmp_path / "cwd"  # the test's own directory: no log folder may appear in it
+    working_directory.mkdir()
     result = subprocess.run(
         [sys.executable, str(DDP_SCRIPT), str(census_dir), str(tmp_path)],
         capture_output=True,
         text=True,
         env=env,
-        cwd=tmp_path,  # Lightning's and scvi-tools' relative log directories land in this test's own directory
         timeout=DDP_TIMEOUT_S,
         check=False,
+        cwd=working_directory,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert list(working_directory.iterdir()) == []  # no lightning_logs/ (history kept in a temporary directory)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2]
     seen = [set(r["seen"]) for r in ranks]

@@ -25,15 +25,20 @@ def test_workflow_shapes_and_outputs(small_adata, tiny):
     mean, var = model.get_latent_representation(return_dist=True)
     np.testing.assert_allclose(mean, latent, rtol=1e-5, atol=1e-6)
     assert (var > 0).all()
-    expression = model.get_normalized_expression(indices=np.arange(20))
-    assert isinstance(expression, pd.DataFrame)
-    assert expression.shape == (20, tiny["crop_size"])
-    assert list(expression.index) == list(small_adata.obs_names[:20])
-    # "observed" library: expected counts over the decoded genes sum to each cell's raw total
+    # scVI's default: every gene, proportions (library_size=1)
+    proportions = model.get_normalized_expression(indices=np.arange(20))
+    assert isinstance(proportions, pd.DataFrame)
+    assert proportions.shape == (20, small_adata.n_vars)
+    assert list(proportions.index) == list(small_adata.obs_names[:20])
+    assert list(proportions.columns) == list(small_adata.var_names)
+    np.testing.assert_allclose(proportions.to_numpy().sum(1), 1.0, rtol=1e-4)
+    # "observed" library: expected counts over all genes sum to each cell's raw total
+    expression = model.get_normalized_expression(indices=np.arange(20), library_size="observed")
     counts = small_adata[:20].X.toarray().sum(1)
     np.testing.assert_allclose(expression.to_numpy().sum(1), counts, rtol=1e-4)
-    proportions = model.get_normalized_expression(indices=np.arange(5), library_size=1.0, return_numpy=True)
-    np.testing.assert_allclose(proportions.sum(1), 1.0, rtol=1e-4)
+    np.testing.assert_allclose(expression.to_numpy(), proportions.to_numpy() * counts[:, None], rtol=1e-4)
+    cp10k = model.get_normalized_expression(indices=np.arange(5), library_size=1e4, return_numpy=True)
+    np.testing.assert_allclose(cp10k, 1e4 * proportions.to_numpy()[:5], rtol=1e-4)
     assert np.isfinite(model.get_elbo())
     assert "reconstruction_loss" in model.get_reconstruction_error()
     assert "SCTrilemma" in repr(model)
@@ -42,14 +47,15 @@ def test_workflow_shapes_and_outputs(small_adata, tiny):
 def test_gene_ratios_do_not_depend_on_gene_list(small_adata, tiny):
     model = _trained(small_adata, tiny)
     genes = list(small_adata.var_names[[0, 5, 10]])
-    picked = model.get_normalized_expression(indices=np.arange(10), gene_list=genes, library_size=1.0)
-    default = model.get_normalized_expression(indices=np.arange(10), library_size=1.0)
-    shared = [g for g in genes if g in default.columns]
-    assert list(picked.columns) == genes
-    if len(shared) >= 2:
-        ratio_picked = picked[shared[0]] / picked[shared[1]]
-        ratio_default = default[shared[0]] / default[shared[1]]
-        np.testing.assert_allclose(ratio_picked, ratio_default, rtol=1e-4)
+    picked = model.get_normalized_expression(indices=np.arange(10), gene_list=genes[::-1])
+    default = model.get_normalized_expression(indices=np.arange(10))
+    assert list(picked.columns) == genes[::-1]  # the order of gene_list
+    np.testing.assert_allclose(picked.to_numpy(), default[genes[::-1]].to_numpy(), rtol=1e-5)
+    # the same genes by symbol
+    symbols = list(small_adata.var.loc[genes, "gene_symbol"])
+    by_symbol = model.get_normalized_expression(indices=np.arange(10), gene_list=symbols)
+    assert list(by_symbol.columns) == genes
+    np.testing.assert_allclose(by_symbol.to_numpy(), default[genes].to_numpy(), rtol=1e-5)
 
 
 def test_eval_embedding_is_deterministic(small_adata, tiny):
@@ -206,8 +212,10 @@ def test_gene_mismatch_is_refused(small_adata, tiny):
 
 def test_unknown_gene_in_gene_list(small_adata, tiny):
     model = _trained(small_adata, tiny)
-    with pytest.raises(ValueError, match="not among the model's genes"):
+    with pytest.raises(ValueError, match="not among the model's genes.*NOT_A_GENE.*gene symbols"):
         model.get_normalized_expression(gene_list=["NOT_A_GENE"])
+    with pytest.raises(ValueError, match="`library_size` must be a number, 'observed' or 'latent', got 'total'"):
+        model.get_normalized_expression(library_size="total")
 
 
 def test_new_donors_can_be_embedded(small_adata, example_adata, tiny):
@@ -230,4 +238,4 @@ def test_backed_anndata(small_adata, tiny, tmp_path):
     latent = model.get_latent_representation()
     assert latent.shape == (small_adata.n_obs, tiny["n_hidden"])
     assert model.get_pseudobulk_codes().shape[0] == small_adata.obs["donor"].nunique()
-    assert model.get_normalized_expression(indices=np.arange(5)).shape == (5, tiny["crop_size"])
+    assert model.get_normalized_expression(indices=np.arange(5)).shape == (5, small_adata.n_vars)

@@ -124,7 +124,7 @@ def test_prepare_query_anndata(
 ) -> None:
     query = _modified(base, measured)
     before = _snapshot(query)
-    prepared = SCTrilemma.prepare_query_anndata(query, reference_dir)
+    prepared = SCTrilemma.prepare_query_anndata(query, reference_dir, inplace=False)
     _assert_unchanged(query, before)
 
     vocabulary = reference.gene_names_
@@ -151,9 +151,18 @@ def test_prepare_query_anndata(
     assert report["n_matched"] == measured.size
 
     # a model instance as reference gives the same result as its saved directory
-    from_model = SCTrilemma.prepare_query_anndata(query, reference)
+    from_model = SCTrilemma.prepare_query_anndata(query, reference, inplace=False)
     assert (from_model.X != prepared.X).nnz == 0
     pd.testing.assert_frame_equal(from_model.var, prepared.var)
+
+    # scVI's defaults: the reference's genes on request, and in place otherwise
+    names = SCTrilemma.prepare_query_anndata(query, reference, return_reference_var_names=True)
+    assert isinstance(names, pd.Index) and names.tolist() == vocabulary.tolist()
+    _assert_unchanged(query, before)
+    assert SCTrilemma.prepare_query_anndata(query, reference_dir) is None
+    assert query.var_names.tolist() == vocabulary.tolist()
+    assert (query.X != prepared.X).nnz == 0
+    pd.testing.assert_frame_equal(query.var, prepared.var)
 
 
 # ------------------------------------------------------------------ zero-shot mapping
@@ -224,7 +233,7 @@ def test_imputes_unmeasured_genes(query_model: SCTrilemma, measured: np.ndarray)
     unmeasured = np.setdiff1d(np.arange(vocabulary.size), measured)
     assert not query_model.adata.var["measured"].to_numpy()[unmeasured].any()
     genes = list(vocabulary[unmeasured[:: max(1, unmeasured.size // 8)][:8]]) + list(vocabulary[measured[:3]])
-    expression = query_model.get_normalized_expression(indices=np.arange(10), gene_list=genes)
+    expression = query_model.get_normalized_expression(indices=np.arange(10), gene_list=genes, library_size="observed")
     assert list(expression.columns) == genes
     assert expression.shape == (10, len(genes))
     values = expression.to_numpy()
@@ -247,7 +256,7 @@ def test_too_little_overlap(reference_dir: Path, base: ad.AnnData) -> None:
     with pytest.raises(ValueError, match="match the model's genes"):
         SCTrilemma.load_query_data(query, reference_dir)
     # the threshold is what fails: a lower one accepts the same query
-    prepared = SCTrilemma.prepare_query_anndata(query, reference_dir, min_overlap=0.1)
+    prepared = SCTrilemma.prepare_query_anndata(query, reference_dir, inplace=False, min_overlap=0.1)
     assert prepared.uns["sctrilemma_gene_match"]["expressed_fraction"] == pytest.approx(0.2, abs=0.01)
 
 
@@ -269,7 +278,7 @@ def test_query_without_donor_column(
 def test_donor_key_renaming(reference_dir: Path, base: ad.AnnData, measured: np.ndarray) -> None:
     query = _modified(base, measured)
     query.obs["individual"] = query.obs.pop("donor").astype(str).radd("patient-")
-    prepared = SCTrilemma.prepare_query_anndata(query, reference_dir, donor_key="individual")
+    prepared = SCTrilemma.prepare_query_anndata(query, reference_dir, inplace=False, donor_key="individual")
     assert prepared.obs["donor"].tolist() == query.obs["individual"].tolist()
     assert set(prepared.obs["donor"]) == {f"patient-{d}" for d in QUERY_DONORS}
     model = SCTrilemma.load_query_data(query, reference_dir, donor_key="individual")
@@ -277,7 +286,7 @@ def test_donor_key_renaming(reference_dir: Path, base: ad.AnnData, measured: np.
     assert np.isfinite(model.get_latent_representation()).all()
     # a query column overrides a column named like the reference's
     query.obs["donor"] = "someone"
-    prepared = SCTrilemma.prepare_query_anndata(query, reference_dir, donor_key="individual")
+    prepared = SCTrilemma.prepare_query_anndata(query, reference_dir, inplace=False, donor_key="individual")
     assert set(prepared.obs["donor"]) == {f"patient-{d}" for d in QUERY_DONORS}
     with pytest.raises(ValueError, match="not a column"):
         SCTrilemma.prepare_query_anndata(query, reference_dir, donor_key="sample")
@@ -362,3 +371,49 @@ def test_reference_with_numeric_donors(
     mapping = [str(c) for c in model.adata_manager.get_state_registry("donor").categorical_mapping]
     expected = ["1015", "1016", "1244", "1256", "1488"] if with_donor_column else ["1015", "1016", "1244", "unknown"]
     assert mapping == expected  # the shared donor 1244 is recognised, not added as a new category
+
+
+# ------------------------------------------------------------------ scArches arguments and freezing
+def test_query_training_keeps_reference_weights(
+    reference: SCTrilemma, reference_dir: Path, base: ad.AnnData, measured: np.ndarray, caplog
+) -> None:
+    weights = {k: v.clone() for k, v in reference.module.state_dict().items()}
+    query = _modified(base, measured)
+    model = SCTrilemma.load_query_data(
+        query, reference_dir, inplace_subset_query_vars=False, accelerator="cpu", device="auto", freeze_dropout=True
+    )
+    assert not any(p.requires_grad for p in model.module.parameters())
+    latent = model.get_latent_representation()
+    with caplog.at_level("WARNING", logger="sctrilemma"):
+        model.train(max_steps=2, batch_size=64, enable_progress_bar=False)
+    assert "Nothing to train" in caplog.text
+    for key, tensor in model.module.state_dict().items():
+        assert torch.equal(tensor, weights[key]), key
+    np.testing.assert_array_equal(model.get_latent_representation(), latent)
+
+    # freeze_expression=False trains only the gene embeddings and the E-Gate
+    partly = SCTrilemma.load_query_data(query, reference, freeze_expression=False)
+    partly.train(max_steps=2, batch_size=64, enable_progress_bar=False)
+    changed = {
+        k
+        for k, v in partly.module.state_dict().items()
+        if not torch.equal(v, weights[k]) and not k.endswith("num_batches_tracked")  # a step counter
+    }
+    assert changed and all(k.startswith(("gene_embedding.", "expression_gate.")) for k in changed), changed
+
+    # unfrozen=True fine-tunes everything
+    free = SCTrilemma.load_query_data(query, reference, unfrozen=True)
+    free.train(max_steps=2, batch_size=64, enable_progress_bar=False)
+    assert not torch.equal(free.module.state_dict()["latent_queries"], weights["latent_queries"])
+
+
+def test_inplace_subset_query_vars(reference: SCTrilemma, base: ad.AnnData, measured: np.ndarray) -> None:
+    query = _modified(base, measured)
+    model = SCTrilemma.load_query_data(query, reference, inplace_subset_query_vars=True)
+    assert model.adata is query
+    assert query.var_names.tolist() == reference.gene_names_.tolist()
+    # gene symbols work in gene_list after a query, as Ensembl IDs do
+    symbol = str(reference.gene_symbols_[0])
+    by_symbol = model.get_normalized_expression(indices=np.arange(3), gene_list=[symbol])
+    by_id = model.get_normalized_expression(indices=np.arange(3), gene_list=[reference.gene_names_[0]])
+    np.testing.assert_allclose(by_symbol.to_numpy(), by_id.to_numpy())

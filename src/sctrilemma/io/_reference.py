@@ -1,7 +1,7 @@
 """The self-contained reference format: one safetensors file, written atomically, loaded without unpickling.
 
-``<dir>/model.safetensors`` holds the module's tensors (``module.*``), the PB-Cond centroids
-(``pseudobulk.centroids``) and string metadata: the configuration, the scvi-tools registry, the gene
+``<dir>/<prefix>model.safetensors`` holds the module's tensors (``module.*``), the PB-Cond centroids
+(``pseudobulk.centroids``), the training split's indices (``split.*``) and string metadata: the configuration, the scvi-tools registry, the gene
 vocabulary (Ensembl IDs and symbols when known), the codebook's scale, versions, and a SHA-256
 checksum over all of it.
 """
@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ FORMAT_VERSION = "1"
 REFERENCE_FILE = "model.safetensors"
 MODULE_PREFIX = "module."
 CENTROIDS_KEY = "pseudobulk.centroids"
+EXTRA_PREFIX = "split."
 LEGACY_FILES = ("model.pt",)
 
 
@@ -40,10 +41,13 @@ class Reference:
     metadata
         Decoded metadata: ``config``, ``registry``, ``genes``, ``gene_symbols``, ``codebook``,
         ``attributes``, ``versions``.
+    extra
+        Other tensors by name without the ``split.`` prefix (e.g. ``train_indices``).
     """
 
     module_state: dict[str, torch.Tensor]
     metadata: dict[str, Any]
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def _to_json(value: Any) -> Any:
@@ -78,6 +82,8 @@ def _checksum(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str
             digest.update(f"{key}\0{metadata[key]}\0".encode())
     for key in sorted(tensors):
         tensor = tensors[key].detach().cpu().contiguous()
+        if tensor.numel() == 0:  # an empty tensor may have stride 0, which cannot be viewed as bytes
+            tensor = torch.empty(tensor.shape, dtype=tensor.dtype)
         digest.update(f"{key}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
@@ -107,21 +113,26 @@ def write_reference(
     centroids: np.ndarray | None = None,
     *,
     overwrite: bool = False,
+    prefix: str | None = None,
+    extra: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write a reference atomically: a temporary file in ``directory`` renamed over the old one.
 
-    An interrupted write leaves any earlier reference in ``directory`` intact.
+    An interrupted write leaves any earlier reference in ``directory`` intact. ``prefix`` is prepended to
+    the file name (as scvi-tools' ``save(prefix=...)``); ``extra`` tensors are stored under ``split.<name>``.
     """
     from safetensors.torch import save_file
 
     directory = Path(directory)
-    target = directory / REFERENCE_FILE
+    target = directory / f"{prefix or ''}{REFERENCE_FILE}"
     if target.exists() and not overwrite:
         raise ValueError(f"{target} already exists; pass `overwrite=True` to replace it.")
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {MODULE_PREFIX + k: v.detach().cpu().contiguous().clone() for k, v in module_state.items()}
     if centroids is not None:
         tensors[CENTROIDS_KEY] = torch.as_tensor(np.asarray(centroids, dtype=np.float64))
+    for name, tensor in (extra or {}).items():
+        tensors[EXTRA_PREFIX + name] = torch.as_tensor(tensor).detach().cpu().contiguous().clone()
     encoded = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION}
     encoded.update({key: json.dumps(_to_json(value)) for key, value in metadata.items()})
     encoded["checksum"] = _checksum(tensors, encoded)
@@ -139,8 +150,8 @@ def write_reference(
     return target
 
 
-def read_reference(directory: str | os.PathLike) -> Reference:
-    """Read and verify a reference; nothing in the file is executed.
+def read_reference(directory: str | os.PathLike, prefix: str | None = None) -> Reference:
+    """Read and verify a reference (``<prefix>model.safetensors``); nothing in the file is executed.
 
     Raises
     ------
@@ -152,15 +163,16 @@ def read_reference(directory: str | os.PathLike) -> Reference:
     from safetensors import SafetensorError, safe_open
 
     directory = Path(directory)
-    path = directory / REFERENCE_FILE
+    prefix = prefix or ""
+    path = directory / f"{prefix}{REFERENCE_FILE}"
     if not path.exists():
-        legacy = [name for name in LEGACY_FILES if (directory / name).exists()]
+        legacy = [prefix + name for name in LEGACY_FILES if (directory / (prefix + name)).exists()]
         if legacy:
             raise ValueError(
                 f"{directory} holds {legacy[0]}, a pickle-based file; sctrilemma only loads {REFERENCE_FILE} "
                 "because unpickling can execute code. Re-save the model with sctrilemma's `model.save`."
             )
-        raise FileNotFoundError(f"No sctrilemma reference ({REFERENCE_FILE}) in {directory}.")
+        raise FileNotFoundError(f"No sctrilemma reference ({prefix}{REFERENCE_FILE}) in {directory}.")
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             encoded = handle.metadata() or {}
@@ -184,4 +196,5 @@ def read_reference(directory: str | os.PathLike) -> Reference:
     if centroids is not None and metadata.get("codebook") is not None:
         metadata["codebook"]["centroids"] = centroids.numpy()
     module_state = {k[len(MODULE_PREFIX) :]: v for k, v in tensors.items() if k.startswith(MODULE_PREFIX)}
-    return Reference(module_state, metadata)
+    extra = {k[len(EXTRA_PREFIX) :]: v for k, v in tensors.items() if k.startswith(EXTRA_PREFIX)}
+    return Reference(module_state, metadata, extra)

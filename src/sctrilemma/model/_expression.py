@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
 import torch
-from scvi import REGISTRY_KEYS
+from scvi import REGISTRY_KEYS, settings
 
 from sctrilemma._constants import SCT_MODULE_KEYS
 from sctrilemma.model._utils import gene_names
+from sctrilemma.module._analysis import observed_library
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
+    from numbers import Number
 
     from anndata import AnnData
     from mudata import MuData
-    from scvi.data import AnnDataManager
 
 
 class ExpressionMixin:
-    """Decoder outputs for any of the model's genes."""
+    """Decoder outputs for any of the model's genes; scVI's expression methods where the module's differ.
+
+    Place before :class:`~scvi.model.base.RNASeqMixin`: its differential expression, likelihood parameters and
+    feature correlations run through these methods and the module's all-gene ``forward(compute_loss=False)``.
+    """
 
     @property
     def precision(self) -> str:
@@ -43,17 +49,24 @@ class ExpressionMixin:
         self,
         adata: AnnData | MuData | None = None,
         indices: Sequence[int] | None = None,
+        transform_batch: Sequence[Number | str] | None = None,
         gene_list: Sequence[str] | None = None,
-        library_size: float | Literal["observed"] = "observed",
+        library_size: float | Literal["observed", "latent"] = 1,
         n_samples: int = 1,
-        return_mean: bool = True,
-        return_numpy: bool = False,
+        n_samples_overall: int | None = None,
+        weights: Literal["uniform", "importance"] | None = None,
         batch_size: int | None = None,
+        return_mean: bool = True,
+        return_numpy: bool | None = None,
+        silent: bool = True,
+        dataloader: Iterator[dict[str, torch.Tensor | None]] | None = None,
+        data_loader_kwargs: dict | None = None,
+        **importance_weighting_kwargs,
     ) -> pd.DataFrame | np.ndarray:
-        r"""Reconstructed expression from the decoder.
+        r"""Decoded expression of every gene, as :meth:`scvi.model.base.RNASeqMixin.get_normalized_expression`.
 
-        The decoder's softmax normalises over a decoded gene set: the data's top-``crop_size`` genes by
-        total counts plus ``gene_list``. Ratios between genes do not depend on that set.
+        The decoder's softmax normalises over **all** the model's genes (decoded in chunks; genes are
+        decoded independently, so this is exact), so with ``library_size=1`` each cell's row sums to 1.
 
         Parameters
         ----------
@@ -61,23 +74,26 @@ class ExpressionMixin:
             Data with the model's genes; defaults to the training data.
         indices
             Cells to use; all by default.
+        transform_batch
+            Accepted for scvi-tools compatibility; the model has no batch covariate, so it has no effect.
         gene_list
-            Genes (``var_names``) to return; the decoded set by default.
+            Genes to return, by ``var_names`` (e.g. Ensembl IDs) or, where the model knows gene symbols
+            (``model.gene_symbols_``), by symbol; columns follow this order. All genes by default.
         library_size
-            ``"observed"``: each cell's raw total, giving expected counts (the ZINB mean); a number
-            scales the proportions instead (``1`` gives proportions, ``1e4`` CP10K-like values).
+            A number scales the proportions (``1``: proportions, ``1e4``: CP10K-like values).
+            ``"observed"`` (or ``"latent"``, its scVI name; the model has no latent library) gives expected
+            counts: proportions times each cell's observed raw total, the ZINB mean.
         n_samples
             Posterior samples of the latent tokens; ``1`` uses the posterior mean.
-        return_mean
-            Average over samples (otherwise an array ``(n_samples, n_cells, n_genes)``).
-        return_numpy
-            Return an array instead of a DataFrame.
-        batch_size
-            Cells per batch.
+        n_samples_overall, weights, batch_size, return_mean, return_numpy, silent, dataloader, data_loader_kwargs
+            As in scvi-tools.
+        **importance_weighting_kwargs
+            Passed to :meth:`~scvi.model.base.RNASeqMixin.get_importance_weights`.
 
         Returns
         -------
-        ``(n_cells, n_genes)`` DataFrame indexed by cell names with gene columns, or an array.
+        ``(n_cells, n_genes)`` DataFrame indexed by cell names with gene (``var_names``) columns, or an
+        array (``(n_samples, n_cells, n_genes)`` when ``n_samples > 1`` and ``return_mean=False``).
 
         Notes
         -----
@@ -88,49 +104,143 @@ class ExpressionMixin:
         query's own measurement of the gene, and should not be used as observations in differential
         expression tests.
         """
-        adata = self._validate_anndata(adata)
-        self._check_cells_have_counts(adata, indices)
-        genes = gene_names(adata, self.registry_)
-        manager = self.get_anndata_manager(adata, required=True)
-        cell_indices = np.arange(adata.n_obs) if indices is None else np.asarray(indices)
-        decoded = self._default_reconstruction_genes(manager, cell_indices)
-        if gene_list is None:
-            output = decoded
+        if isinstance(library_size, str) and library_size not in ("observed", "latent"):
+            raise ValueError(
+                f"`library_size` must be a number, 'observed' or 'latent', got {library_size!r}; "
+                "pass `library_size=1` for proportions or 'observed' for expected counts."
+            )
+        if weights == "importance":
+            raise ValueError(
+                "`weights='importance'` is not supported: it needs scVI's importance weights of a single latent z. "
+                "Use `weights='uniform'` (the default)."
+            )
+        if dataloader is None:
+            adata = self._validate_anndata(adata)
+            self._check_cells_have_counts(adata, indices)
+            genes = gene_names(adata, self.registry_)
+            columns = slice(None) if gene_list is None else self._gene_positions(genes, gene_list)
         else:
-            position = pd.Index(genes)
-            missing = [g for g in gene_list if g not in position]
-            if missing:
-                raise ValueError(
-                    f"{len(missing)} genes of `gene_list` are not among the model's genes, e.g. {missing[:3]}."
+            genes, columns = None, slice(None)
+        if n_samples > 1 and not return_mean:
+            if return_numpy is False:
+                warnings.warn(
+                    "`return_numpy` must be `True` if `n_samples > 1` and `return_mean` is `False`, "
+                    "returning an `np.ndarray`.",
+                    UserWarning,
+                    stacklevel=settings.warnings_stacklevel,
                 )
-            output = position.get_indexer(list(gene_list))
-            decoded = np.union1d(decoded, output)
-        if isinstance(library_size, str) and library_size != "observed":
-            raise ValueError(f"`library_size` must be 'observed' or a number, got {library_size!r}.")
-        columns_in_decoded = np.searchsorted(decoded, output)
-        device = self.device
-        decoded_t = torch.as_tensor(decoded, device=device)
+            return_numpy = True
         self.module.eval()
-        results = []
-        for tensors in self._make_data_loader(adata=adata, indices=cell_indices, batch_size=batch_size):
-            x = tensors[REGISTRY_KEYS.X_KEY].to(device)
-            inference = self.module.inference(x, n_samples=n_samples)
-            z_tokens = inference[SCT_MODULE_KEYS.Z_TOKENS_KEY]
-            pooled = inference["z"]
-            flat_tokens = z_tokens.reshape(-1, *z_tokens.shape[-2:])
-            logits = self.module.decode(flat_tokens, pooled.reshape(-1, pooled.shape[-1]), decoded_t)
-            proportions = torch.softmax(logits[..., 0].float(), dim=-1)[:, columns_in_decoded]
-            if library_size == "observed":
-                library = x.sum(1, keepdim=True).repeat(n_samples, 1)
-            else:
-                library = torch.tensor(float(library_size), device=device)
-            results.append((proportions * library).view(n_samples, x.shape[0], -1).cpu().numpy())
-        values = np.concatenate(results, axis=1)
-        if return_mean or n_samples == 1:
-            values = values.mean(0)
-        if return_numpy or values.ndim == 3:
+        values = super().get_normalized_expression(
+            adata=adata,
+            indices=indices,
+            transform_batch=None,  # no batch covariate: any value (e.g. a donor name) has no effect
+            gene_list=None,
+            library_size="latent" if isinstance(library_size, str) else library_size,
+            n_samples=n_samples,
+            n_samples_overall=n_samples_overall,
+            weights=weights,
+            batch_size=batch_size,
+            return_mean=return_mean,
+            return_numpy=True,
+            silent=silent,
+            dataloader=dataloader,
+            data_loader_kwargs=data_loader_kwargs,
+            **importance_weighting_kwargs,
+        )[..., columns]
+        if return_numpy or dataloader is not None or n_samples_overall is not None:
             return values
-        return pd.DataFrame(values, index=adata.obs_names[cell_indices], columns=genes[output])
+        cells = np.arange(adata.n_obs) if indices is None else np.asarray(indices)
+        return pd.DataFrame(values, index=adata.obs_names[cells], columns=pd.Index(genes[columns]))
+
+    def _gene_positions(self, genes: np.ndarray, gene_list: Sequence[str] | str) -> np.ndarray:
+        """Positions in ``genes`` of ``gene_list`` entries given by name or, where symbols are known, by symbol."""
+        if isinstance(gene_list, str):
+            gene_list = [gene_list]
+        names = pd.Index(genes)
+        symbols = None
+        if self.gene_symbols_ is not None and np.array_equal(genes, self.gene_names_):
+            symbols = pd.Index(self.gene_symbols_)
+        positions, missing = [], []
+        for gene in gene_list:
+            position = names.get_indexer([gene])[0]
+            if position < 0 and symbols is not None and gene in symbols:
+                position = int(np.flatnonzero(symbols == gene)[0])
+            if position < 0:
+                missing.append(gene)
+            positions.append(position)
+        if missing:
+            by = "`var_names` or gene symbols" if symbols is not None else "`var_names` (the model knows no symbols)"
+            raise ValueError(
+                f"{len(missing)} genes of `gene_list` are not among the model's genes, e.g. {missing[:3]}; "
+                f"name genes by {by}."
+            )
+        return np.asarray(positions, dtype=int)
+
+    @torch.inference_mode()
+    def get_latent_library_size(
+        self,
+        adata: AnnData | MuData | None = None,
+        indices: Sequence[int] | None = None,
+        give_mean: bool = True,
+        batch_size: int | None = None,
+        dataloader: Iterator[dict[str, torch.Tensor | None]] | None = None,
+        **data_loader_kwargs,
+    ) -> np.ndarray:
+        """Each cell's library size ``(n_cells, 1)``: its observed raw total.
+
+        The likelihood is conditioned on the observed total (as scVI with ``use_observed_lib_size=True``), so
+        there is no latent library posterior and ``give_mean`` has no effect.
+        """
+        del give_mean
+        if dataloader is None:
+            self._check_if_trained(warn=False)
+            adata = self._validate_anndata(adata)
+            dataloader = self._make_data_loader(
+                adata=adata, indices=indices, batch_size=batch_size, **data_loader_kwargs
+            )
+        return torch.cat([observed_library(tensors).float().cpu() for tensors in dataloader]).numpy()
+
+    @torch.inference_mode()
+    def posterior_predictive_sample(
+        self,
+        adata: AnnData | MuData | None = None,
+        indices: Sequence[int] | None = None,
+        transform_batch: Sequence[Number | str] | None = None,
+        n_samples: int = 1,
+        gene_list: Sequence[str] | None = None,
+        batch_size: int | None = None,
+        dataloader: Iterator[dict[str, torch.Tensor | None]] | None = None,
+        silent: bool = True,
+        **data_loader_kwargs,
+    ):
+        """Counts from the posterior predictive, as :meth:`scvi.model.base.RNASeqMixin.posterior_predictive_sample`.
+
+        Latent tokens are sampled from the posterior (its mean when ``n_samples == 1``), counts from the
+        all-gene ZINB with each cell's observed total. ``transform_batch`` and ``silent`` have no effect.
+
+        Returns
+        -------
+        :class:`sparse.GCXS` ``(n_cells, n_genes)``, or ``(n_cells, n_genes, n_samples)`` when ``n_samples > 1``.
+        """
+        import sparse
+
+        del transform_batch, silent
+        columns = slice(None)
+        if dataloader is None:
+            adata = self._validate_anndata(adata)
+            self._check_cells_have_counts(adata, indices)
+            if gene_list is not None:
+                columns = np.sort(self._gene_positions(gene_names(adata, self.registry_), gene_list))
+            dataloader = self._make_data_loader(
+                adata=adata, indices=indices, batch_size=batch_size, **data_loader_kwargs
+            )
+        self.module.eval()
+        samples = [
+            sparse.GCXS.from_numpy(self.module.predictive_sample(tensors, n_samples=n_samples)[:, columns].numpy())
+            for tensors in dataloader
+        ]
+        return sparse.concatenate(samples, axis=0)
 
     @torch.inference_mode()
     def get_latent_tokens(
@@ -198,13 +308,3 @@ class ExpressionMixin:
             proportions = torch.softmax(logits[..., 0].float(), dim=-1).cpu().numpy()
             out.append(proportions * library[start : start + batch_size, None])
         return np.concatenate(out)
-
-    def _default_reconstruction_genes(self, manager: AnnDataManager, indices: np.ndarray) -> np.ndarray:
-        """Sorted indices of the top-``crop_size`` genes by total counts over ``indices``."""
-        matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
-        totals = np.zeros(matrix.shape[1])
-        for start in range(0, indices.size, 4096):
-            block = matrix[np.sort(indices[start : start + 4096])]
-            totals += np.asarray(block.sum(axis=0)).ravel()
-        n = min(self.module.crop_size, totals.size)
-        return np.sort(np.argsort(-totals, kind="stable")[:n])

@@ -11,7 +11,7 @@ import torch
 from scvi import REGISTRY_KEYS, settings
 from scvi.data import AnnDataManager, fields
 from scvi.data._utils import _check_if_view
-from scvi.model.base import BaseModelClass, UnsupervisedTrainingMixin, VAEMixin
+from scvi.model.base import BaseModelClass, RNASeqMixin, UnsupervisedTrainingMixin, VAEMixin
 from scvi.utils import setup_anndata_dsp
 
 from sctrilemma._allocator import retain_freed_memory
@@ -31,7 +31,8 @@ from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
 from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
-from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols
+from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
+from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols, refuse_scvi_covariates
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import SCTrilemmaTrainingPlan
 
@@ -52,7 +53,14 @@ PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
 class SCTrilemma(
-    CensusMixin, ReferenceMixin, ExpressionMixin, PriorSetupMixin, VAEMixin, UnsupervisedTrainingMixin, BaseModelClass
+    CensusMixin,
+    ReferenceMixin,
+    ExpressionMixin,
+    PriorSetupMixin,
+    RNASeqMixin,
+    VAEMixin,
+    UnsupervisedTrainingMixin,
+    BaseModelClass,
 ):
     """scTrilemma: a gene-token Perceiver VAE with E-Gate, C-Route and PB-Cond :cite:p:`sctrilemma`.
 
@@ -109,6 +117,7 @@ class SCTrilemma(
 
     _module_cls = SCTrilemmaModule
     _training_plan_cls = SCTrilemmaTrainingPlan
+    _train_runner_cls = SCTrilemmaTrainRunner
 
     def __init__(
         self,
@@ -201,6 +210,7 @@ class SCTrilemma(
         **kwargs
             Passed to :meth:`~scvi.data.AnnDataManager.register_fields`.
         """
+        refuse_scvi_covariates(kwargs)
         setup_method_args = cls._get_setup_method_args(**locals())
         if not kwargs.get("source_registry"):
             check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
@@ -251,6 +261,7 @@ class SCTrilemma(
         --------
         >>> sctrilemma.SCTrilemma.setup_mudata(mdata, donor_key="donor", modalities={"rna_layer": "rna"})
         """
+        refuse_scvi_covariates(kwargs)
         setup_method_args = cls._get_setup_method_args(**locals())
         modalities = cls._create_modalities_attr_dict(modalities or {"rna_layer": "rna"}, setup_method_args)
         if modalities.rna_layer is None or modalities.rna_layer not in mdata.mod:
@@ -348,7 +359,8 @@ class SCTrilemma(
         min_expressed_genes
             Cells with fewer expressed genes are not trained on.
         datasplitter_kwargs
-            Passed to :class:`~scvi.dataloaders.DataSplitter`.
+            Passed to :class:`~scvi.dataloaders.DataSplitter`. ``{"external_indexing": [train, validation, test]}``
+            replaces the model's split (then ``min_expressed_genes`` is not applied).
         plan_kwargs
             Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan` (``lr``, ``max_kl_weight``, ...).
             The learning rate defaults to the preset's: 2e-4 (``"paper"``) or 1e-3 (``"small"``).
@@ -361,6 +373,8 @@ class SCTrilemma(
         ``min_expressed_genes`` are then the data module's, and training uses every selected cell.
         Under DDP the posterior BatchNorm normalises with statistics all-reduced over ranks.
         """
+        if self._nothing_to_train():
+            return None
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
         if self.datamodule is not None:
             trainer_kwargs = training_display_kwargs(trainer_kwargs, None)
@@ -372,9 +386,12 @@ class SCTrilemma(
         self.module.train()
         retain_freed_memory()
         self._prepare_prior(self.adata)
-        splits = self._training_split(train_size, validation_size, min_expressed_genes)
-        datasplitter_kwargs = {**(datasplitter_kwargs or {}), "external_indexing": splits}
-        n_train = splits[0].size
+        datasplitter_kwargs = dict(datasplitter_kwargs or {})
+        splits = datasplitter_kwargs.get("external_indexing") or self._training_split(
+            train_size, validation_size, min_expressed_genes
+        )
+        datasplitter_kwargs["external_indexing"] = splits
+        n_train = np.asarray(splits[0]).size
         steps_per_epoch = max(1, math.ceil(n_train / batch_size))
         if max_steps is not None:
             max_epochs = math.ceil(max_steps / steps_per_epoch)

@@ -170,3 +170,11 @@ class PriorSetupMixin:
         """Reconstruction error as in :meth:`scvi.model.base.VAEMixin.get_reconstruction_error`."""
         self._prepare_prior(adata)
         return super().get_reconstruction_error(adata, *args, **kwargs)
+
+    def get_marginal_ll(self, adata: AnnData | None = None, *args, **kwargs) -> float | torch.Tensor:
+        """Importance-sampled marginal log-likelihood as in :meth:`scvi.model.base.VAEMixin.get_marginal_ll`.
+
+        See :meth:`~sctrilemma.module.SCTrilemmaModule.marginal_ll`; higher is better.
+        """
+        self._prepare_prior(adata)
+        return super().get_marginal_ll(adata, *args, **kwargs)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import anndata as ad
 import numpy as np
 import pandas as pd
+import torch
 from scvi.model._utils import parse_device_args
 
 from sctrilemma._validation import check_counts, check_obs_keys
@@ -20,12 +21,12 @@ from sctrilemma.io._reference import read_reference, versions, write_reference
 if TYPE_CHECKING:
     import os
 
-    import torch
     from mudata import MuData
 
 logger = logging.getLogger(__name__)
 
 REFERENCE_ATTRIBUTES = ("prior_", "is_trained_")
+SPLIT_ATTRIBUTES = ("train_indices", "validation_indices", "test_indices")
 MEASURED_COLUMN = "measured"
 
 
@@ -54,38 +55,70 @@ class ReferenceMixin:
     def save(
         self,
         dir_path: str | os.PathLike,
+        prefix: str | None = None,
         overwrite: bool = False,
         save_anndata: bool = False,
+        save_kwargs: dict | None = None,
+        legacy_mudata_format: bool = False,
+        datamodule=None,
         **anndata_write_kwargs,
     ) -> None:
-        """Save a self-contained reference to ``dir_path/model.safetensors``.
+        """Save a self-contained reference to ``dir_path/<prefix>model.safetensors``.
 
-        The file holds the weights, the configuration, the gene vocabulary (Ensembl IDs and symbols
-        when known), the PB-Cond codebook, the scvi-tools registry, package versions and a
-        checksum. It is written to a temporary file and renamed, so an interrupted save leaves an
-        earlier reference intact. Loading it never unpickles anything.
+        The arguments are scvi-tools' (:meth:`scvi.model.base.BaseModelClass.save`). The file holds the
+        weights, the configuration, the gene vocabulary (Ensembl IDs and symbols when known), the PB-Cond
+        codebook, the scvi-tools registry, the training split's indices, package versions and a checksum. It
+        is written to a temporary file and renamed, so an interrupted save leaves an earlier reference
+        intact. Loading it never unpickles anything.
 
         Parameters
         ----------
         dir_path
             Directory to write (created if needed).
+        prefix
+            Prepended to the file names.
         overwrite
             Replace an existing reference.
         save_anndata
-            Also write the model's AnnData to ``dir_path/adata.h5ad``.
+            Also write the model's AnnData to ``dir_path/<prefix>adata.h5ad`` (``mdata.h5mu`` for MuData).
+        save_kwargs, legacy_mudata_format, datamodule
+            scvi-tools arguments for its pickle-based ``model.pt``; they have no effect here.
         **anndata_write_kwargs
             Passed to :meth:`anndata.AnnData.write_h5ad`.
         """
+        del save_kwargs, legacy_mudata_format, datamodule
         codebook = self.pseudobulk_codebook_
+        splits = {
+            name: torch.as_tensor(np.asarray(getattr(self, f"{name}_"), dtype=np.int64))
+            for name in SPLIT_ATTRIBUTES
+            if getattr(self, f"{name}_", None) is not None
+        }
+        if save_anndata and self.adata is None:
+            raise ValueError("`save_anndata=True` but the model has no AnnData; attach one or pass `save_anndata=False`.")
         write_reference(
             dir_path,
             self.module.state_dict(),
             self._reference_metadata(),
             None if codebook is None else codebook["centroids"],
             overwrite=overwrite,
+            prefix=prefix,
+            extra=splits,
         )
         if save_anndata:
-            self.adata.write_h5ad(Path(dir_path) / "adata.h5ad", **anndata_write_kwargs)
+            self.adata.write(Path(dir_path) / _data_file_name(self.adata, prefix), **anndata_write_kwargs)
+
+    @staticmethod
+    def load_registry(dir_path: str | os.PathLike, prefix: str | None = None) -> dict:
+        """The scvi-tools registry saved in a reference, as :meth:`scvi.model.base.BaseModelClass.load_registry`."""
+        return read_reference(dir_path, prefix=prefix).metadata["registry"]
+
+    @staticmethod
+    def view_setup_args(dir_path: str | os.PathLike, prefix: str | None = None) -> None:
+        """Print the setup arguments of a saved reference, as :meth:`scvi.model.base.BaseModelClass.view_setup_args`."""
+        import rich.pretty  # noqa: F401 - scvi-tools 1.4.2 uses `rich.pretty` here without importing it
+        from scvi.data import AnnDataManager
+
+        AnnDataManager.view_setup_method_args(ReferenceMixin.load_registry(dir_path, prefix))
 
     @classmethod
     def _from_parts(cls, module_state: dict[str, torch.Tensor], metadata: dict[str, Any]):
@@ -117,31 +150,57 @@ class ReferenceMixin:
         adata: ad.AnnData | MuData | None = None,
         accelerator: str = "auto",
         device: int | str = "auto",
+        prefix: str | None = None,
+        backup_url: str | None = None,
+        datamodule=None,
+        allowed_classes_names_list: list[str] | None = None,
     ):
-        """Load a reference written by :meth:`~sctrilemma.SCTrilemma.save`.
+        """Load a reference written by :meth:`~sctrilemma.SCTrilemma.save` (scvi-tools' arguments).
 
         Parameters
         ----------
         dir_path
-            Directory with ``model.safetensors``.
+            Directory with ``<prefix>model.safetensors``.
         adata
-            Data with the model's genes to attach; without it the model embeds data passed later.
+            Data with the model's genes to attach; by default the saved ``adata.h5ad`` if there is one,
+            else none (the model embeds data passed later).
         accelerator, device
             Where to put the model (scvi-tools conventions).
+        prefix
+            Prefix of the saved file names.
+        backup_url
+            Not supported (references are not downloaded); must be ``None``.
+        datamodule
+            Not used.
+        allowed_classes_names_list
+            Model class names accepted besides ``SCTrilemma``.
 
         Returns
         -------
-        The model, in evaluation mode.
+        The model, in evaluation mode, with the saved training split (``train_indices`` ...).
 
         Raises
         ------
         ValueError
             For a corrupt, truncated, tampered or pickle-based file.
         """
-        reference = read_reference(dir_path)
+        del datamodule
+        if backup_url is not None:
+            raise ValueError(
+                f"`backup_url={backup_url!r}` is not supported: download the reference directory yourself and "
+                "pass its path."
+            )
+        reference = read_reference(dir_path, prefix=prefix)
+        if allowed_classes_names_list and reference.metadata.get("model_name") in allowed_classes_names_list:
+            reference.metadata["model_name"] = cls.__name__
         model = cls._from_parts(reference.module_state, reference.metadata)
+        for name in SPLIT_ATTRIBUTES:
+            if name in reference.extra:
+                setattr(model, f"{name}_", reference.extra[name].numpy())
         _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
         model.to_device(torch_device)
+        if adata is None:
+            adata = _read_saved_data(Path(dir_path), prefix)
         if adata is not None:
             model.adata = adata
         return model
@@ -151,25 +210,32 @@ class ReferenceMixin:
     def prepare_query_anndata(
         cls,
         adata: ad.AnnData,
-        reference,
+        reference_model,
+        return_reference_var_names: bool = False,
+        inplace: bool = True,
         layer: str | None = None,
         donor_key: str | None = None,
         dataset_key: str | None = None,
         min_overlap: float = 0.5,
-    ) -> ad.AnnData:
-        """A copy of a query in the reference's gene space, ready for zero-shot use.
+    ) -> ad.AnnData | pd.Index | None:
+        """A query in the reference's gene space, ready for zero-shot use (scvi-tools' arguments).
 
         Genes are matched by Ensembl ID (version suffixes such as ``.3`` stripped) or by symbol
         (``var_names`` or a ``gene_symbols``-like column), whichever matches more; a report is
         logged. Reference genes the query did not measure are zero columns and are flagged in
-        ``var["measured"]``; they never become encoder tokens. The user's AnnData is not modified.
+        ``var["measured"]``; they never become encoder tokens.
 
         Parameters
         ----------
         adata
             Query with raw counts.
-        reference
+        reference_model
             A trained model or the directory of a saved reference.
+        return_reference_var_names
+            Only return the reference's genes (``var_names``), as a :class:`pandas.Index`.
+        inplace
+            Replace ``adata``'s contents with the prepared query (scVI's default) and return ``None``;
+            ``False`` leaves ``adata`` unchanged and returns the prepared copy.
         layer
             Layer with the query's counts; defaults to the reference's layer when the query has it,
             else ``X``.
@@ -181,14 +247,16 @@ class ReferenceMixin:
 
         Returns
         -------
-        New AnnData ``(n_obs, n_reference_genes)``.
+        ``None`` (``inplace=True``), a new AnnData ``(n_obs, n_reference_genes)``, or the reference's genes.
 
         Raises
         ------
         ValueError
             If counts are not raw counts or too few genes match (the message names the likely cause).
         """
-        model = reference if isinstance(reference, cls) else cls.load(reference)
+        model = reference_model if isinstance(reference_model, cls) else cls.load(reference_model)
+        if return_reference_var_names:
+            return pd.Index(model.gene_names_.astype(str))
         setup_args = model.registry_["setup_args"]
         reference_layer = setup_args.get("layer") or setup_args.get("rna_layer")
         if layer is None and reference_layer is not None and reference_layer in adata.layers:
@@ -231,37 +299,119 @@ class ReferenceMixin:
             "n_matched": match.n_matched,
             "expressed_fraction": match.expressed_fraction,
         }
+        if inplace:
+            adata._init_as_actual(query)
+            return None
         return query
 
     @classmethod
-    def load_query_data(cls, adata: ad.AnnData, reference, **prepare_kwargs):
+    def load_query_data(
+        cls,
+        adata: ad.AnnData,
+        reference_model,
+        registry: dict | None = None,
+        inplace_subset_query_vars: bool = False,
+        accelerator: str = "auto",
+        device: int | str = "auto",
+        unfrozen: bool = False,
+        freeze_dropout: bool = False,
+        freeze_expression: bool = True,
+        freeze_decoder_first_layer: bool = True,
+        freeze_batchnorm_encoder: bool = True,
+        freeze_batchnorm_decoder: bool = False,
+        freeze_classifier: bool = True,
+        transfer_batch: bool = True,
+        datamodule=None,
+        **prepare_kwargs,
+    ):
         """A new model that embeds ``adata`` zero-shot with a reference's weights: no training needed.
+
+        The arguments are scvi-tools' (:meth:`scvi.model.base.ArchesMixin.load_query_data`). The reference's
+        vocabulary covers every gene the model can use and the PB-Cond codes of new donors come from the
+        frozen codebook, so a query adds no parameters: with the default freezing, :meth:`train` has nothing
+        to train and leaves every reference weight unchanged (it logs this and returns). ``unfrozen=True``
+        fine-tunes all weights on the query; ``freeze_expression=False`` fine-tunes only the gene embeddings
+        and the E-Gate (the encoder's expression input).
 
         Parameters
         ----------
         adata
-            Query with raw counts (any gene set with enough overlap), which is left unchanged and
-            mapped with :meth:`prepare_query_anndata`, or that method's output, used as it is.
-        reference
+            Query with raw counts (any gene set with enough overlap), mapped with :meth:`prepare_query_anndata`,
+            or that method's output, used as it is.
+        reference_model
             A trained model (left unchanged) or the directory of a saved reference.
+        registry
+            Not used (the registry is the reference's).
+        inplace_subset_query_vars
+            Map ``adata`` itself into the reference's genes (``prepare_query_anndata(inplace=True)``) and
+            attach it; by default ``adata`` is left unchanged and a mapped copy is attached.
+        accelerator, device
+            Where to put the model.
+        unfrozen
+            Make every weight trainable.
+        freeze_dropout
+            Switch dropout off for query training.
+        freeze_expression
+            Keep the gene embeddings and E-Gate frozen.
+        freeze_batchnorm_encoder
+            Keep the posterior BatchNorm's running statistics.
+        freeze_decoder_first_layer, freeze_batchnorm_decoder, freeze_classifier, transfer_batch, datamodule
+            scVI options without a counterpart here (no batch covariate, no classifier); no effect.
         **prepare_kwargs
-            Passed to :meth:`prepare_query_anndata` when ``adata`` is not yet in the reference's genes.
+            Passed to :meth:`prepare_query_anndata` (``layer``, ``donor_key``, ``dataset_key``, ``min_overlap``).
 
         Returns
         -------
-        The model with ``adata`` attached; call :meth:`get_latent_representation`.
+        The model with the query attached; call :meth:`get_latent_representation`.
         """
-        if isinstance(reference, cls):
-            model = cls._from_parts(reference.module.state_dict(), reference._reference_metadata())
-            if reference.pseudobulk_codebook_ is not None:
-                model.pseudobulk_codebook_ = dict(reference.pseudobulk_codebook_)
+        del registry, freeze_decoder_first_layer, freeze_batchnorm_decoder, freeze_classifier, transfer_batch
+        del datamodule
+        if isinstance(reference_model, cls):
+            model = cls._from_parts(reference_model.module.state_dict(), reference_model._reference_metadata())
+            if reference_model.pseudobulk_codebook_ is not None:
+                model.pseudobulk_codebook_ = dict(reference_model.pseudobulk_codebook_)
         else:
-            model = cls.load(reference)
+            model = cls.load(reference_model)
         if "sctrilemma_gene_match" not in adata.uns:
-            adata = cls.prepare_query_anndata(adata, model, **prepare_kwargs)
+            if inplace_subset_query_vars:
+                cls.prepare_query_anndata(adata, model, inplace=True, **prepare_kwargs)
+            else:
+                adata = cls.prepare_query_anndata(adata, model, inplace=False, **prepare_kwargs)
         _string_group_categories(model.registry_)
+        _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
+        model.to_device(torch_device)
         model.adata = adata
+        _freeze_for_query(model.module, unfrozen, freeze_expression, freeze_dropout, freeze_batchnorm_encoder)
         return model
+
+    def _nothing_to_train(self) -> bool:
+        """Whether every parameter is frozen (a query loaded with the default freezing); logs why."""
+        if any(parameter.requires_grad for parameter in self.module.parameters()):
+            return False
+        logger.warning(
+            "Nothing to train: this query model's reference weights are frozen and a query adds no parameters, "
+            "so it embeds zero-shot as it is. Pass `unfrozen=True` (or `freeze_expression=False`) to "
+            "`load_query_data` to fine-tune."
+        )
+        return True
+
+
+def _freeze_for_query(
+    module: torch.nn.Module, unfrozen: bool, freeze_expression: bool, freeze_dropout: bool, freeze_batchnorm: bool
+) -> None:
+    """scArches-style freezing of a query model's module (see :meth:`ReferenceMixin.load_query_data`)."""
+    trainable = ("",) if unfrozen else () if freeze_expression else ("gene_embedding.", "expression_gate.")
+    for name, parameter in module.named_parameters():
+        parameter.requires_grad_(any(name.startswith(prefix) for prefix in trainable))
+    if unfrozen:
+        return
+    for submodule in module.modules():
+        if freeze_dropout and isinstance(submodule, torch.nn.Dropout):
+            submodule.p = 0.0
+        if freeze_dropout and isinstance(getattr(submodule, "dropout_rate", None), float):
+            submodule.dropout_rate = 0.0  # attention-weight dropout
+        if freeze_batchnorm and isinstance(submodule, torch.nn.modules.batchnorm._BatchNorm):
+            submodule.momentum = 0.0
 
 
 def _string_group_categories(registry: dict) -> None:
@@ -276,3 +426,19 @@ def _string_group_categories(registry: dict) -> None:
             continue
         state = registry["field_registries"][field]["state_registry"]
         state["categorical_mapping"] = np.asarray(state["categorical_mapping"]).astype(str).astype(object)
+
+
+def _data_file_name(adata: ad.AnnData | MuData, prefix: str | None) -> str:
+    """scvi-tools' file name for saved data: ``adata.h5ad``, or ``mdata.h5mu`` for MuData."""
+    return f"{prefix or ''}{'mdata.h5mu' if hasattr(adata, 'mod') else 'adata.h5ad'}"
+
+
+def _read_saved_data(directory: Path, prefix: str | None) -> ad.AnnData | MuData | None:
+    """The data saved beside a reference with ``save_anndata=True``, if any."""
+    if (directory / f"{prefix or ''}adata.h5ad").exists():
+        return ad.read_h5ad(directory / f"{prefix or ''}adata.h5ad")
+    if (directory / f"{prefix or ''}mdata.h5mu").exists():
+        import mudata
+
+        return mudata.read_h5mu(directory / f"{prefix or ''}mdata.h5mu")
+    return None

@@ -45,3 +45,20 @@ def count_matrix(adata: AnnData | MuData, registry: dict):
             f"The model reads counts from layer {layer!r}, which this data lacks (layers: {list(rna.layers)})."
         )
     return rna.layers[layer]
+
+
+def refuse_scvi_covariates(kwargs: dict) -> None:
+    """scVI's ``batch_key``/``labels_key`` (and covariate keys) have no meaning here: say what to use instead."""
+    hints = {
+        "batch_key": "pass the column as `donor_key` (PB-Cond's groups; add `dataset_key` for studies)",
+        "labels_key": "the model is unsupervised; keep labels in `adata.obs` for evaluation",
+        "categorical_covariate_keys": "pass donors as `donor_key` and studies as `dataset_key`",
+        "continuous_covariate_keys": "continuous covariates are not modelled",
+        "size_factor_key": "the likelihood uses each cell's observed total",
+    }
+    for argument, hint in hints.items():
+        if kwargs.get(argument) is not None:
+            raise ValueError(
+                f"SCTrilemma.setup_anndata has no `{argument}` (got {kwargs[argument]!r}): {hint}. "
+                "See the 'Coming from scVI' page of the user guide."
+            )

@@ -15,6 +15,7 @@ from torch.distributions import Normal
 
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma._constants import SCT_REGISTRY_KEYS
+from sctrilemma.module._analysis import AnalysisModuleMixin
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import (
     GeneCrop,
@@ -48,7 +49,7 @@ EVAL_TOKEN_BUDGET = 8192
 DECODE_TOKEN_BUDGET = 2048
 
 
-class SCTrilemmaModule(BaseModuleClass):
+class SCTrilemmaModule(AnalysisModuleMixin, BaseModuleClass):
     """Gene-token Perceiver VAE of :cite:p:`sctrilemma`.
 
     Parameters

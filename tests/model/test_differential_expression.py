@@ -1,0 +1,92 @@
+"""Differential expression through scvi-tools' DE framework on the shipped example (real PBMCs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import scanpy as sc
+from scipy.stats import spearmanr
+
+from sctrilemma import SCTrilemma
+
+MONOCYTES, T_CELLS = "CD14+ Monocytes", "CD4 T cells"
+UP = ("LYZ", "S100A8", "S100A9")
+DOWN = ("CD3D", "IL7R")
+N_GENES = 150
+
+
+@pytest.fixture(scope="module")
+def de_model(_example) -> SCTrilemma:
+    """150 monocytes and 150 CD4 T cells, the 150 genes with the most counts and the markers, 200 steps."""
+    import scvi
+
+    rng = np.random.default_rng(0)
+    cell_type = _example.obs["cell_type"].astype(str).to_numpy()
+    cells = np.sort(
+        np.concatenate([rng.choice(np.flatnonzero(cell_type == t), 150, replace=False) for t in (MONOCYTES, T_CELLS)])
+    )
+    totals = np.asarray(_example.X.sum(0)).ravel()
+    markers = np.flatnonzero(_example.var["gene_symbol"].isin(UP + DOWN))
+    genes = np.union1d(np.argsort(-totals)[:N_GENES], markers)
+    adata = _example[cells, genes].copy()
+    scvi.settings.seed = 0
+    SCTrilemma.setup_anndata(adata, donor_key="donor")
+    model = SCTrilemma(
+        adata, n_hidden=32, n_latent_tokens=4, crop_size=160, n_encoder_layers=1, n_decoder_layers=1, n_heads=2,
+        prior="normal",
+    )  # fmt: skip
+    model.train(max_steps=200, batch_size=128, enable_progress_bar=False, plan_kwargs={"lr": 3e-3})
+    return model
+
+
+def _symbols(model: SCTrilemma, genes) -> list[str]:
+    return list(pd.Series(model.gene_symbols_, index=model.gene_names_)[list(genes)])
+
+
+def test_markers_and_wilcoxon_agreement(de_model: SCTrilemma):
+    adata = de_model.adata
+    assert set(UP + DOWN) <= set(adata.var["gene_symbol"])
+    de = de_model.differential_expression(
+        groupby="cell_type", group1=MONOCYTES, group2=T_CELLS, mode="change", n_samples_overall=1000
+    )
+    assert set(de.index) == set(adata.var_names)
+    assert {"proba_de", "bayes_factor", "lfc_mean", "raw_mean1", "raw_mean2", "is_de_fdr_0.05"} <= set(de.columns)
+    lfc = de["lfc_mean"]
+    ranks = pd.Series(lfc.rank(ascending=False).to_numpy(), index=_symbols(de_model, lfc.index))
+    print("LFC ranks of the markers:", ranks[list(UP + DOWN)].to_dict(), "of", ranks.size)
+    by_symbol = pd.Series(lfc.to_numpy(), index=ranks.index)
+    print("their LFCs:", by_symbol[list(UP + DOWN)].round(2).to_dict())
+    assert (ranks[list(UP)] <= 25).all()  # among the top ~15% up
+    assert (by_symbol[list(DOWN)] < 0).all()  # lower in monocytes
+
+    # Wilcoxon rank-sum test on the log-normalised counts (scanpy)
+    log_norm = adata.copy()
+    sc.pp.normalize_total(log_norm, target_sum=1e4)
+    sc.pp.log1p(log_norm)
+    sc.tl.rank_genes_groups(log_norm, "cell_type", groups=[MONOCYTES], reference=T_CELLS, method="wilcoxon")
+    wilcoxon = sc.get.rank_genes_groups_df(log_norm, MONOCYTES).set_index("names")
+    rho = spearmanr(lfc[wilcoxon.index], wilcoxon["logfoldchanges"]).statistic
+    print(f"Spearman rho to the Wilcoxon LFC: {rho:.3f}")
+    assert rho > 0.7, rho
+    top_model = set(lfc.sort_values(ascending=False).index[:30])
+    top_wilcoxon = set(wilcoxon.sort_values("scores", ascending=False).index[:30])
+    print(f"top-30 overlap: {len(top_model & top_wilcoxon)}")
+    assert len(top_model & top_wilcoxon) >= 15, len(top_model & top_wilcoxon)
+
+
+def test_every_call_form(de_model: SCTrilemma):
+    adata = de_model.adata
+    monocytes = (adata.obs["cell_type"] == MONOCYTES).to_numpy()
+    kwargs = {"n_samples_overall": 200}
+    by_groups = de_model.differential_expression(groupby="cell_type", **kwargs)
+    assert set(by_groups["comparison"]) == {f"{MONOCYTES} vs Rest", f"{T_CELLS} vs Rest"}
+    by_bool = de_model.differential_expression(idx1=monocytes, idx2=~monocytes, **kwargs)
+    by_int = de_model.differential_expression(idx1=np.flatnonzero(monocytes), **kwargs)
+    by_query = de_model.differential_expression(idx1=f"cell_type == '{MONOCYTES}'", **kwargs)
+    for frame in (by_bool, by_int, by_query):
+        assert frame.shape[0] == adata.n_vars
+    change = de_model.differential_expression(groupby="cell_type", group1=MONOCYTES, mode="change", delta=0.5, **kwargs)
+    assert {"lfc_mean", "proba_not_de", "is_de_fdr_0.05"} <= set(change.columns)
+    vanilla = de_model.differential_expression(groupby="cell_type", group1=MONOCYTES, mode="vanilla", **kwargs)
+    assert {"proba_m1", "proba_m2", "bayes_factor"} <= set(vanilla.columns)
