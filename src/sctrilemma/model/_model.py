@@ -32,7 +32,7 @@ from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs, 
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
 from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
-from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols, refuse_scvi_covariates
+from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols, refuse_scvi_covariates, training_split
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import SCTrilemmaTrainingPlan
 
@@ -418,30 +418,7 @@ class SCTrilemma(
     ) -> list[np.ndarray]:
         """Train/validation/test indices; cells with too few expressed genes are put in the test split."""
         _, n_expressed = cell_statistics(self.adata_manager.get_from_registry(REGISTRY_KEYS.X_KEY))
-        eligible = np.flatnonzero(n_expressed >= min_expressed_genes)
-        if eligible.size == 0:
-            raise ValueError(
-                f"No cell has at least {min_expressed_genes} expressed genes; nothing to train on. "
-                "Check that the registered matrix holds raw counts."
-            )
-        if eligible.size < n_expressed.size:
-            logger.info(
-                "Leaving %d cells with fewer than %d expressed genes out of training.",
-                n_expressed.size - eligible.size,
-                min_expressed_genes,
-            )
-        train_fraction = 0.9 if train_size is None else float(train_size)
-        validation_fraction = 1.0 - train_fraction if validation_size is None else float(validation_size)
-        if not 0 < train_fraction <= 1 or validation_fraction < 0 or train_fraction + validation_fraction > 1 + 1e-9:
-            raise ValueError(
-                f"Invalid split: train_size={train_size}, validation_size={validation_size}; "
-                "need 0 < train_size <= 1 and train_size + validation_size <= 1."
-            )
-        shuffled = np.random.default_rng(settings.seed).permutation(eligible)
-        n_train = max(1, math.ceil(train_fraction * shuffled.size))
-        n_validation = min(shuffled.size - n_train, math.floor(validation_fraction * shuffled.size))
-        rest = np.setdiff1d(np.arange(n_expressed.size), shuffled[: n_train + n_validation])
-        return [np.sort(shuffled[:n_train]), np.sort(shuffled[n_train : n_train + n_validation]), rest]
+        return training_split(n_expressed, train_size, validation_size, min_expressed_genes, seed=settings.seed)
 
     # ------------------------------------------------------------------ outputs
     def get_latent_representation(

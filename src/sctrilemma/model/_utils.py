@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sctrilemma.data._genes import find_symbol_column
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -62,3 +66,39 @@ def refuse_scvi_covariates(kwargs: dict) -> None:
                 f"SCTrilemma.setup_anndata has no `{argument}` (got {kwargs[argument]!r}): {hint}. "
                 "See the 'Coming from scVI' page of the user guide."
             )
+
+
+def training_split(
+    n_expressed: np.ndarray,
+    train_size: float | None,
+    validation_size: float | None,
+    min_expressed_genes: int,
+    seed: int,
+) -> list[np.ndarray]:
+    """Seeded train/validation/test indices of cells with ``n_expressed`` genes each; cells with fewer than
+    ``min_expressed_genes`` go to the test split.
+    """
+    eligible = np.flatnonzero(n_expressed >= min_expressed_genes)
+    if eligible.size == 0:
+        raise ValueError(
+            f"No cell has at least {min_expressed_genes} expressed genes; nothing to train on. "
+            "Check that the registered matrix holds raw counts."
+        )
+    if eligible.size < n_expressed.size:
+        logger.info(
+            "Leaving %d cells with fewer than %d expressed genes out of training.",
+            n_expressed.size - eligible.size,
+            min_expressed_genes,
+        )
+    train_fraction = 0.9 if train_size is None else float(train_size)
+    validation_fraction = 1.0 - train_fraction if validation_size is None else float(validation_size)
+    if not 0 < train_fraction <= 1 or validation_fraction < 0 or train_fraction + validation_fraction > 1 + 1e-9:
+        raise ValueError(
+            f"Invalid split: train_size={train_size}, validation_size={validation_size}; "
+            "need 0 < train_size <= 1 and train_size + validation_size <= 1."
+        )
+    shuffled = np.random.default_rng(seed).permutation(eligible)
+    n_train = max(1, math.ceil(train_fraction * shuffled.size))
+    n_validation = min(shuffled.size - n_train, math.floor(validation_fraction * shuffled.size))
+    rest = np.setdiff1d(np.arange(n_expressed.size), shuffled[: n_train + n_validation])
+    return [np.sort(shuffled[:n_train]), np.sort(shuffled[n_train : n_train + n_validation]), rest]

@@ -14,9 +14,8 @@ from torch import nn
 from torch.distributions import Normal
 
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
-from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._analysis import AnalysisModuleMixin
-from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
+from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, GroupCodePriorMixin, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import (
     GeneCrop,
     expressed_crop,
@@ -49,7 +48,7 @@ EVAL_TOKEN_BUDGET = 8192
 DECODE_TOKEN_BUDGET = 2048
 
 
-class SCTrilemmaModule(AnalysisModuleMixin, BaseModuleClass):
+class SCTrilemmaModule(AnalysisModuleMixin, GroupCodePriorMixin, BaseModuleClass):
     """Gene-token Perceiver VAE of :cite:p:`sctrilemma`.
 
     Parameters
@@ -448,39 +447,7 @@ class SCTrilemmaModule(AnalysisModuleMixin, BaseModuleClass):
         )
         return {KEYS.PX_KEY: px, KEYS.TARGET_KEY: target}
 
-    # ------------------------------------------------------------------ prior and loss
-    def set_group_codes(self, keys: torch.Tensor, codes: torch.Tensor, stride: int) -> None:
-        """Set the pseudo-bulk code table used by the PB-Cond prior.
-
-        ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``; ``codes`` is ``(n_groups, M)``.
-        """
-        order = torch.argsort(keys)
-        self.group_keys = keys[order].to(self.group_keys.device)
-        self.group_codes = codes[order].to(self.group_codes.device, torch.float32)
-        self.group_key_stride = int(stride)
-
-    def group_codes_for(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Soft pseudo-bulk codes ``(batch, M)`` of the cells in ``tensors``."""
-        if self.group_keys.numel() == 0:
-            raise RuntimeError(
-                "The PB-Cond prior has no pseudo-bulk codes for this data. Use the model API "
-                "(SCTrilemma.train / get_elbo), which computes them, or construct the model with prior='normal'."
-            )
-        dataset = tensors[SCT_REGISTRY_KEYS.DATASET_KEY].long().view(-1)
-        donor = tensors[SCT_REGISTRY_KEYS.DONOR_KEY].long().view(-1)
-        keys = (dataset * self.group_key_stride + donor).to(self.group_keys.device)
-        rows = torch.searchsorted(self.group_keys, keys).clamp_max(self.group_keys.numel() - 1)
-        if not torch.equal(self.group_keys[rows], keys):
-            raise RuntimeError("Some cells belong to a dataset-donor group without a pseudo-bulk code.")
-        return self.group_codes[rows]
-
-    def prior_parameters(self, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prior mean and log-variance, broadcastable to ``(batch, K, n_hidden)``."""
-        if self.prior is None:
-            zero = torch.zeros((), device=self.px_r.device)
-            return zero, zero
-        return self.prior(self.group_codes_for(tensors))
-
+    # ------------------------------------------------------------------ loss
     def loss(
         self,
         tensors: dict[str, torch.Tensor],
@@ -508,22 +475,3 @@ class SCTrilemmaModule(AnalysisModuleMixin, BaseModuleClass):
         return LossOutput(
             loss=torch.mean(reconstruction + kl_weight * kl), reconstruction_loss=reconstruction, kl_local=kl
         )
-
-    @torch.inference_mode()
-    def sample(self, tensors: dict[str, torch.Tensor], n_samples: int = 1) -> torch.Tensor:
-        """Posterior predictive counts ``(batch, n_genes, n_samples)`` over all genes.
-
-        Proportions are normalised over all genes and scaled by each cell's raw total.
-        """
-        x = tensors[REGISTRY_KEYS.X_KEY]
-        inference_outputs = self.inference(x, n_samples=n_samples)
-        z_tokens = inference_outputs[KEYS.Z_TOKENS_KEY].reshape(-1, self.n_latent_tokens, self.n_hidden)
-        pooled = inference_outputs["z"].reshape(-1, self.n_hidden)
-        genes = torch.arange(self.n_input, device=z_tokens.device)
-        mean_logit, zi_logit = self.decode(z_tokens, pooled, genes).unbind(-1)
-        library = x.to(z_tokens.device).sum(1, keepdim=True).repeat(n_samples, 1)
-        px = ZeroInflatedNegativeBinomial(
-            mu=torch.softmax(mean_logit, -1) * library, theta=F.softplus(self.px_r), zi_logits=zi_logit
-        )
-        counts = px.sample().view(n_samples, x.shape[0], self.n_input)
-        return counts.permute(1, 2, 0).cpu()

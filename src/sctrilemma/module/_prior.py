@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from sctrilemma._constants import SCT_REGISTRY_KEYS
+
 LOGVAR_MIN, LOGVAR_MAX = -4.0, 2.0
 
 
@@ -37,3 +39,43 @@ class PseudobulkPrior(nn.Module):
         """Prior mean and log-variance ``(batch, 1, n_hidden)`` from codes ``(batch, n_codes)``."""
         logvar = self.to_logvar(codes).clamp(LOGVAR_MIN, LOGVAR_MAX)
         return self.to_mean(codes).unsqueeze(-2), logvar.unsqueeze(-2)
+
+
+class GroupCodePriorMixin:
+    """The module's PB-Cond code table: each cell's dataset-donor group mapped to its soft pseudo-bulk code.
+
+    Expects ``prior`` (a :class:`PseudobulkPrior` or ``None``), the buffers ``group_keys`` and ``group_codes``,
+    ``group_key_stride`` and ``px_r`` on the module.
+    """
+
+    def set_group_codes(self, keys: torch.Tensor, codes: torch.Tensor, stride: int) -> None:
+        """Set the pseudo-bulk code table used by the PB-Cond prior.
+
+        ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``; ``codes`` is ``(n_groups, M)``.
+        """
+        order = torch.argsort(keys)
+        self.group_keys = keys[order].to(self.group_keys.device)
+        self.group_codes = codes[order].to(self.group_codes.device, torch.float32)
+        self.group_key_stride = int(stride)
+
+    def group_codes_for(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Soft pseudo-bulk codes ``(batch, M)`` of the cells in ``tensors``."""
+        if self.group_keys.numel() == 0:
+            raise RuntimeError(
+                "The PB-Cond prior has no pseudo-bulk codes for this data. Use the model API "
+                "(SCTrilemma.train / get_elbo), which computes them, or construct the model with prior='normal'."
+            )
+        dataset = tensors[SCT_REGISTRY_KEYS.DATASET_KEY].long().view(-1)
+        donor = tensors[SCT_REGISTRY_KEYS.DONOR_KEY].long().view(-1)
+        keys = (dataset * self.group_key_stride + donor).to(self.group_keys.device)
+        rows = torch.searchsorted(self.group_keys, keys).clamp_max(self.group_keys.numel() - 1)
+        if not torch.equal(self.group_keys[rows], keys):
+            raise RuntimeError("Some cells belong to a dataset-donor group without a pseudo-bulk code.")
+        return self.group_codes[rows]
+
+    def prior_parameters(self, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prior mean and log-variance, broadcastable to ``(batch, K, n_hidden)``."""
+        if self.prior is None:
+            zero = torch.zeros((), device=self.px_r.device)
+            return zero, zero
+        return self.prior(self.group_codes_for(tensors))
