@@ -277,7 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--max-steps", type=_positive_int, default=None, help="training steps; overrides --max-epochs (default: unset)"
     )
-    train.add_argument("--batch-size", type=_positive_int, default=256, help="cells per step")
+    train.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=None,
+        help="cells per step (default: the preset's, 64 for small and 256 for paper)",
+    )
     train.set_defaults(func=_train)
 
     embed = command("embed", "embed an .h5ad with a saved model (zero-shot; genes are matched to the model's)")

@@ -28,7 +28,7 @@ from sctrilemma._validation import (
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
 from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
-from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
+from sctrilemma.model._presets import BATCH_SIZES, PRESETS, TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
 from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
@@ -153,6 +153,8 @@ class SCTrilemma(
                 "n_heads": n_heads,
                 "dropout_rate": dropout_rate,
                 "n_decoder_targets": n_decoder_targets,
+                # preset settings passed as module keyword arguments override the preset too
+                **{key: module_kwargs.pop(key) for key in list(module_kwargs) if key in PRESETS.get(preset, {})},
             },
         )
         self.prior_ = prior
@@ -323,7 +325,7 @@ class SCTrilemma(
         self,
         max_epochs: int | None = None,
         max_steps: int | None = None,
-        batch_size: int = 256,
+        batch_size: int | None = None,
         train_size: float | None = None,
         validation_size: float | None = None,
         accelerator: str = "auto",
@@ -351,7 +353,7 @@ class SCTrilemma(
         max_steps
             Optimisation steps; overrides ``max_epochs``.
         batch_size
-            Cells per step (the paper uses 256 per GPU).
+            Cells per step; by default the preset's: 256 (``"paper"``, per GPU as in the paper) or 64 (``"small"``).
         train_size, validation_size
             Split fractions as in scvi-tools (default 0.9 train, rest validation).
         accelerator, devices
@@ -376,6 +378,7 @@ class SCTrilemma(
         if self._nothing_to_train():
             return None
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
+        batch_size = BATCH_SIZES[self._preset] if batch_size is None else batch_size
         if self.datamodule is not None:
             trainer_kwargs = training_display_kwargs(trainer_kwargs, None)
             with quiet_lightning():

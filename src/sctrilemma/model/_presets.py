@@ -19,28 +19,37 @@ PRESETS: dict[str, dict[str, int | float | None]] = {
         "n_heads": 8,
         "dropout_rate": 0.1,
         "n_decoder_targets": None,
+        "posterior_logvar_init": 0.0,
     },
-    # Same architecture, sized to train on a laptop CPU in minutes.
+    # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: decoupled,
+    # weighted decoder targets, no dropout and a less noisy starting posterior (docs/user_guide.md, "Presets";
+    # measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
         "n_latent_tokens": 16,
-        "crop_size": 512,
+        "crop_size": 256,
         "n_encoder_layers": 2,
         "n_decoder_layers": 1,
         "n_heads": 4,
         "dropout_rate": 0.0,
         "n_decoder_targets": 128,
+        "posterior_logvar_init": -4.0,
     },
 }
 
 
-# Optimisation defaults per preset; ``plan_kwargs`` override them. The paper's 2e-4 suits its 25,000 steps;
-# the small preset trains for a few hundred steps on a CPU, where a larger step learns far more
-# (benchmarks/example_quality.py: cell-type kNN accuracy 0.74 at 2e-4 vs 0.87 at 1e-3 after 20 epochs).
+# Optimisation defaults per preset; ``plan_kwargs`` override them. The paper's 2e-4 and warm-ups of 1,250 and 2,500
+# steps suit its 25,000 steps; the small preset trains for hundreds to a few thousand steps on a CPU, where a larger
+# step and short warm-ups learn far more (benchmarks/results/quality/NOTES.md).
 TRAINING_DEFAULTS: dict[str, dict[str, float]] = {
     "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500},
-    "small": {"lr": 1e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100},
+    "small": {"lr": 5e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100},
 }
+
+
+# Cells per step when ``train(batch_size=None)``: the paper's 256 per GPU; the small preset takes more, cheaper
+# steps, which learn more per second on a CPU (benchmarks/results/quality/NOTES.md).
+BATCH_SIZES: dict[str, int] = {"paper": 256, "small": 64}
 
 
 def recipe_trainer_kwargs(trainer_kwargs: dict, uses_cuda: bool) -> dict:
