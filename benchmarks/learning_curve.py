@@ -103,7 +103,6 @@ def main() -> None:
     model.train(
         max_epochs=10_000,
         max_time=timedelta(seconds=args.budget_s * args.budget_multiple),
-        batch_size=128,
         enable_progress_bar=False,
         callbacks=[checkpoints],
     )

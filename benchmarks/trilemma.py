@@ -47,9 +47,7 @@ def train_sctrilemma(adata: ad.AnnData, context_key: str, budget_s: float, seed:
     SCTrilemma.setup_anndata(adata, donor_key=context_key)
     model = SCTrilemma(adata, preset="small")
     start = time.perf_counter()
-    model.train(
-        max_epochs=10_000, max_time=timedelta(seconds=budget_s), batch_size=128, enable_progress_bar=False
-    )
+    model.train(max_epochs=10_000, max_time=timedelta(seconds=budget_s), enable_progress_bar=False)
     train_s = time.perf_counter() - start
     return model, {"train_s": train_s, "steps": int(model.trainer.global_step)}
 
