@@ -23,7 +23,13 @@ import sctrilemma
 from sctrilemma.model._presets import PRESETS
 from sctrilemma.module import SCTrilemmaModule
 
-PREVIOUS_SMALL = {**PRESETS["small"], "dropout_rate": 0.1, "crop_size": 512, "n_decoder_targets": None}
+PREVIOUS_SMALL = {
+    **PRESETS["small"],
+    "dropout_rate": 0.1,
+    "crop_size": 512,
+    "n_decoder_targets": None,
+    "posterior_logvar_init": 0.0,
+}
 
 
 def timed_steps(configs: dict[str, dict], x: torch.Tensor, n_steps: int) -> dict[str, list[float]]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from sctrilemma import SCTrilemma
 from sctrilemma.model._presets import recipe_trainer_kwargs
 from sctrilemma.train import warmup_cosine
+from sctrilemma.train._trainingplan import planned_warmup
 
 
 def test_warmup_cosine_schedule():
@@ -72,3 +74,39 @@ def test_recipe_trainer_kwargs_fill_only_what_the_user_left_unset():
     assert recipe_trainer_kwargs({"gradient_clip_val": 0.5}, uses_cuda=False) == {"gradient_clip_val": 0.5}
     # CPU training is never switched to bf16, whatever the CPU supports.
     assert "precision" not in recipe_trainer_kwargs({"logger": False}, uses_cuda=False)
+
+
+def test_cosine_follows_the_time_budget_when_it_is_spent_faster():
+    assert warmup_cosine(10, total_steps=math.inf, warmup_steps=5, time_progress=0.0) == pytest.approx(1.0)
+    assert warmup_cosine(10, total_steps=math.inf, warmup_steps=5, time_progress=0.5) == pytest.approx(0.5)
+    assert warmup_cosine(10, total_steps=math.inf, warmup_steps=5, time_progress=1.2) == pytest.approx(0.0, abs=1e-12)
+    # steps spent faster than time: the step progress wins
+    assert warmup_cosine(55, total_steps=105, warmup_steps=5, time_progress=0.1) == pytest.approx(0.5)
+
+
+def test_warmups_are_capped_in_steps_whatever_the_planned_total():
+    assert planned_warmup(0.05, 1250, 25_000) == 1250  # the paper's recipe: 5 % of 25,000 steps
+    assert planned_warmup(0.05, 1250, 400) == 20  # a short planned run: 5 % of it
+    assert planned_warmup(0.05, 1250, 10_000 * 60) == 1250  # max_epochs=10_000 (a time budget): the cap
+    assert planned_warmup(0.05, 50, math.inf) == 50
+
+
+def test_a_max_time_run_leaves_its_warmups(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", **tiny)
+    model.train(
+        max_epochs=10_000,
+        max_time=timedelta(seconds=20),
+        batch_size=32,
+        enable_progress_bar=False,
+        plan_kwargs={"max_lr_warmup_steps": 3, "max_kl_warmup_steps": 4},
+    )
+    plan, trainer = model.trainer.lightning_module, model.trainer
+    assert trainer.current_epoch < 10_000  # stopped by the clock
+    assert trainer.global_step > 4
+    assert plan.n_steps_kl_warmup == 4  # not 10 % of the 10,000 planned epochs
+    assert float(plan.kl_weight) == pytest.approx(plan.max_kl_weight)
+    group = trainer.optimizers[0].param_groups[0]
+    # past the 3-step warm-up, and decayed along the time budget rather than the 10,000 epochs
+    assert group["lr"] < 0.5 * group["initial_lr"]
+    assert np.isfinite(model.history["train_loss"].to_numpy(dtype=float)).all()
