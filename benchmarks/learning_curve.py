@@ -60,11 +60,13 @@ class Checkpoints(Callback):
             return
         began = time.perf_counter()
         pl_module.module.eval()
+        self.model.is_trained_ = True  # scvi-tools refuses latents until fit ends; these are mid-training ones
         embedding = self.model.get_latent_representation(indices=self.cells)
         reconstruction = self.model.get_normalized_expression(
             indices=self.cells, gene_list=list(self.model.adata.var_names), library_size="observed", return_numpy=True
         )
         pl_module.module.train()
+        self.model.is_trained_ = False
         row = {"step": step, "train_s": began - self.start - self.paused}
         row.update(score(embedding, reconstruction, self.model.adata[self.cells]))
         self.rows.append(row)

@@ -216,7 +216,7 @@ def _example(args: argparse.Namespace) -> None:
     adata = load_example()
     SCTrilemma.setup_anndata(adata, donor_key="donor")
     model = SCTrilemma(adata, preset="small")
-    model.train(max_epochs=args.max_epochs, batch_size=128)
+    model.train(max_epochs=args.max_epochs)
     model.save(out / "model", overwrite=True)
     result = load_example()
     result.obsm[EMBEDDING_KEY] = model.get_latent_representation(adata)
