@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import mudata as md
 import numpy as np
+import torch
 import pandas as pd
 import pytest
 import scipy.sparse as sp
@@ -109,6 +110,17 @@ def test_presets_and_overrides(small_adata):
     assert override.module.n_hidden == 48
     paper = SCTrilemma(small_adata, prior="normal")
     assert (paper.module.n_hidden, paper.module.n_latent_tokens, paper.module.crop_size) == (512, 64, 4096)
+    # the paper's recipe: the crop is the decoder's target, dropout 0.1, PyTorch's default posterior head
+    assert paper.module.n_decoder_targets is None
+    assert paper.module.encoder[0].attention.dropout_rate == pytest.approx(0.1)
+    assert float(paper.module.to_logvar.bias.abs().max()) < 1.0
+    # the small preset's short-run recipe, each setting overridable
+    assert (small.module.n_decoder_targets, small.module.crop_size) == (128, 256)
+    assert small.module.encoder[0].attention.dropout_rate == 0.0
+    assert torch.all(small.module.to_logvar.bias == -4.0)
+    tuned = SCTrilemma(small_adata, preset="small", n_decoder_targets=64, posterior_logvar_init=-2.0)
+    assert tuned.module.n_decoder_targets == 64
+    assert torch.all(tuned.module.to_logvar.bias == -2.0)
     with pytest.raises(ValueError, match="`preset` must be one of"):
         SCTrilemma(small_adata, preset="huge")
     with pytest.raises(ValueError, match="`prior` must be"):
