@@ -93,7 +93,12 @@ def test_help_lists_every_command_with_defaults(capsys):
     top = capsys.readouterr().out
     assert all(f"    {command} " in top for command in COMMANDS)
     expected = {
-        "train": ["(default: small)", "(default: 256)", "scVI's heuristic", "--overwrite"],
+        "train": [
+            "(default: small)",
+            "(default: the preset's, 64 for small and 256 for paper)",
+            "scVI's heuristic",
+            "--overwrite",
+        ],
         "embed": ["(default: scvi.settings.batch_size, 128)"],
         "score": ["(default: 20)", "(default: 42)"],
         "example": ["(default: outputs)", "(default: 20)", "(default: 0)"],
