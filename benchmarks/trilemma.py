@@ -124,7 +124,10 @@ HEADLINE = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard")
 
 
 def summarize(runs: Sequence[dict], budget_s: float) -> str:
-    """Mean ± SD over seeds of the headline metrics, one table per dataset (each seed's value is its mean over samples)."""
+    """Mean ± SD over seeds of the headline metrics, one table per dataset.
+
+    Each seed's value is its scorecard's mean over stratified samples.
+    """
     lines = [f"# Trilemma benchmark: mean ± SD over seeds (budget {budget_s:.0f} s per model)\n"]
     rows = pd.DataFrame([{**r, "dataset": run["dataset"], "seed": run["seed"]} for run in runs for r in run["results"]])
     for dataset, table in rows.groupby("dataset", sort=False):

@@ -126,7 +126,7 @@ nitpick_ignore = [
 if not ONLINE:
     # Offline there are no inventories: references into the intersphinx packages (and the standard library
     # modules used in signatures) cannot be resolved here. Builtins such as ``str`` resolve without inventories.
-    _stdlib = ["collections", "os", "pathlib", "typing"]
+    _stdlib = ["collections", "numbers", "os", "pathlib", "typing"]
     _external = "|".join([*(name for name in _external_docs if name != "python"), *_stdlib])
     nitpick_ignore_regex = [(r"py:.*", rf"({_external})(\..+)?")]
 

@@ -221,7 +221,7 @@ class ExpressionMixin:
 
         Returns
         -------
-        :class:`sparse.GCXS` ``(n_cells, n_genes)``, or ``(n_cells, n_genes, n_samples)`` when ``n_samples > 1``.
+        a ``sparse.GCXS`` array ``(n_cells, n_genes)``, or ``(n_cells, n_genes, n_samples)`` when ``n_samples > 1``.
         """
         import sparse
 

@@ -86,7 +86,7 @@ class SCTrilemmaModule(AnalysisModuleMixin, GroupCodePriorMixin, BaseModuleClass
         the latent tokens at unit noise; a negative value starts them less noisy, so a short run's
         decoder can read the cell from its tokens before the head has learned to shrink the noise.
     min_depth_fraction
-        With :attr:`n_decoder_targets` set and a value below 1, the encoder reads each training cell's
+        With ``n_decoder_targets`` set and a value below 1, the encoder reads each training cell's
         counts binomially thinned to a random fraction of its depth (log-uniform in
         ``[min_depth_fraction, 1]``) while the decoder still reconstructs the full counts, so the
         posterior learns to be the same at any sequencing depth. ``1`` (the paper) never thins.
@@ -283,7 +283,7 @@ class SCTrilemmaModule(AnalysisModuleMixin, GroupCodePriorMixin, BaseModuleClass
         In eval mode the tokens are each cell's top expressed genes and ``z`` is the posterior mean
         (sampled only when ``n_samples > 1``); in training mode ``z`` is sampled and the tokens are the
         paper's random training crop, or the same top expressed genes with ties broken at random when
-        :attr:`n_decoder_targets` is set. ``"qz"`` and ``"z"`` are the pooled cell-level quantities
+        ``n_decoder_targets`` is set. ``"qz"`` and ``"z"`` are the pooled cell-level quantities
         (``r`` and ``s`` of the paper); the token-level ones are under their own keys.
         """
         library = x.sum(dim=1, keepdim=True)

@@ -197,7 +197,7 @@ class CrossAttentionBlock(nn.Module):
     ) -> torch.Tensor:
         """Update ``queries`` ``(batch, n_queries, n_hidden)`` from ``context`` ``(batch, n_context, n_hidden)``.
 
-        With ``unit_context=True``, ``context`` is already :func:`unit_rms`-normalised (with this block's
+        With ``unit_context=True``, ``context`` is already ``unit_rms``-normalised (with this block's
         ``eps``): the context norm's weight is then folded into the key/value projection, so blocks sharing
         one long context normalise it once (the encoder in training).
         """
