@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from anndata import AnnData
     from mudata import MuData
     from scvi.data import AnnDataManager
-    from scvi.data._constants import MinifiedDataType
+    from scvi._types import MinifiedDataType
     from scvi.data.fields import BaseAnnDataField
 
 
@@ -52,7 +52,8 @@ class MinifyMixin:
         ``"latent_posterior_parameters_with_counts"`` they are kept. Latent representations, expression,
         likelihood parameters and predictive samples then come from the cache; the ELBO, reconstruction error,
         marginal likelihood and PB-Cond codes need counts, and training is refused on any minified data (the
-        encoder would change under the cache). The user's AnnData is not modified.
+        encoder would change under the cache). The user's AnnData is not modified. Cells without counts get a
+        cached total of 0, with a warning.
 
         Parameters
         ----------
@@ -66,8 +67,9 @@ class MinifyMixin:
         Raises
         ------
         ValueError
-            If the keys hold the pooled posterior of ``get_latent_representation(return_dist=True)`` or arrays of
-            another shape, only one key is present, the variances are not positive, or the data is already minified.
+            For the pooled posterior, arrays of another shape, one key of two, non-positive variances, minified data.
+        NotImplementedError
+            For another ``minified_data_type``.
 
         Examples
         --------

@@ -106,7 +106,7 @@ class AnalysisModuleMixin:
         """Posterior predictive counts over all genes: ``(batch, n_input)``, or ``(batch, n_input, n_samples)``.
 
         ``n_samples`` latent samples are drawn from the posterior (its mean when ``n_samples == 1``, as in
-        :meth:`inference`), then counts from the ZINB. Shapes follow :meth:`scvi.module.VAE.sample`.
+        ``inference``), then counts from the ZINB. Shapes follow :meth:`scvi.module.VAE.sample`.
         """
         _, generative_outputs = self.forward(
             tensors,

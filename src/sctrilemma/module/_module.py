@@ -98,7 +98,7 @@ class SCTrilemmaModule(
     -----
     In evaluation mode the encoder runs an exact fast path (:meth:`encode`) and :attr:`precision`
     selects the arithmetic of evaluation (embedding and reconstruction); training always runs in fp32.
-    ``inference`` (scvi-tools' minified mode) runs the encoder (:meth:`_regular_inference`) or, on data
+    ``inference`` (scvi-tools' minified mode) runs the encoder (``_regular_inference``) or, on data
     minified by :meth:`~sctrilemma.SCTrilemma.minify_adata`, reads the cached token posteriors.
     """
 
