@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 import torch
-from scvi import REGISTRY_KEYS, settings
+from scvi import settings
 
 from sctrilemma._constants import SCT_MODULE_KEYS
 from sctrilemma.model._utils import gene_names
@@ -248,22 +248,26 @@ class ExpressionMixin:
         adata: AnnData | MuData | None = None,
         indices: Sequence[int] | None = None,
         batch_size: int | None = None,
-    ) -> np.ndarray:
+        return_dist: bool = False,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Posterior means of the ``K`` latent tokens, ``(n_cells, n_latent_tokens, n_hidden)``.
 
         Their mean over tokens is :meth:`get_latent_representation`; :meth:`decode_latent_tokens` maps
-        (possibly edited) tokens back to expression.
+        (possibly edited) tokens back to expression. ``return_dist=True`` returns the posterior means and
+        variances, each of that shape: what :meth:`minify_adata` caches (the decoder needs the tokens, so the
+        pooled posterior of ``get_latent_representation(return_dist=True)`` cannot replace them).
         """
         adata = self._validate_anndata(adata)
         self._check_cells_have_counts(adata, indices)
         self.module.eval()
-        tokens = [
-            self.module.inference(tensors[REGISTRY_KEYS.X_KEY].to(self.device))[
-                SCT_MODULE_KEYS.QZ_TOKENS_MEAN_KEY
-            ].cpu()
-            for tensors in self._make_data_loader(adata=adata, indices=indices, batch_size=batch_size)
-        ]
-        return torch.cat(tokens).numpy()
+        means, variances = [], []
+        for tensors in self._make_data_loader(adata=adata, indices=indices, batch_size=batch_size):
+            outputs = self.module.inference(**self.module._get_inference_input(tensors))
+            means.append(outputs[SCT_MODULE_KEYS.QZ_TOKENS_MEAN_KEY].cpu())
+            variances.append(outputs[SCT_MODULE_KEYS.QZ_TOKENS_LOGVAR_KEY].exp().cpu())
+        if return_dist:
+            return torch.cat(means).numpy(), torch.cat(variances).numpy()
+        return torch.cat(means).numpy()
 
     @torch.inference_mode()
     def decode_latent_tokens(

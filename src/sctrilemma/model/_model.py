@@ -11,7 +11,7 @@ import torch
 from scvi import REGISTRY_KEYS, settings
 from scvi.data import AnnDataManager, fields
 from scvi.data._utils import _check_if_view
-from scvi.model.base import BaseModelClass, RNASeqMixin, UnsupervisedTrainingMixin, VAEMixin
+from scvi.model.base import BaseMinifiedModeModelClass, RNASeqMixin, UnsupervisedTrainingMixin, VAEMixin
 from scvi.utils import setup_anndata_dsp
 
 from sctrilemma._allocator import retain_freed_memory
@@ -28,6 +28,7 @@ from sctrilemma._validation import (
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
 from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
+from sctrilemma.model._minify_mixin import MinifyMixin, is_minified_without_counts
 from sctrilemma.model._presets import BATCH_SIZES, PRESETS, TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
@@ -53,6 +54,7 @@ PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
 class SCTrilemma(
+    MinifyMixin,
     CensusMixin,
     ReferenceMixin,
     ExpressionMixin,
@@ -60,7 +62,7 @@ class SCTrilemma(
     RNASeqMixin,
     VAEMixin,
     UnsupervisedTrainingMixin,
-    BaseModelClass,
+    BaseMinifiedModeModelClass,
 ):
     """scTrilemma: a gene-token Perceiver VAE with E-Gate, C-Route and PB-Cond :cite:p:`sctrilemma`.
 
@@ -172,6 +174,7 @@ class SCTrilemma(
             pooling=pooling,
             **module_kwargs,
         )
+        self.module.minified_data_type = self.minified_data_type
         self._model_summary_string = (
             f"SCTrilemma (preset={preset!r}): {self.summary_stats.n_vars} genes, d={sizes['n_hidden']}, "
             f"K={sizes['n_latent_tokens']}, crop={sizes['crop_size']}, "
@@ -184,7 +187,8 @@ class SCTrilemma(
 
     def __repr__(self) -> str:
         status = "trained" if self.is_trained_ else "not trained"
-        data = "no data" if self.adata is None else f"{self.adata.n_obs} cells"
+        minified = "minified " if self.minified_data_type is not None else ""
+        data = "no data" if self.adata is None else f"{self.adata.n_obs} {minified}cells"
         return f"{self._model_summary_string}; {status}; {data}"
 
     # ------------------------------------------------------------------ setup
@@ -214,7 +218,7 @@ class SCTrilemma(
         """
         refuse_scvi_covariates(kwargs)
         setup_method_args = cls._get_setup_method_args(**locals())
-        if not kwargs.get("source_registry"):
+        if not kwargs.get("source_registry") and not is_minified_without_counts(adata):
             check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
             check_unique_var_names(adata.var_names, adata.var, where="adata")
             matrix = adata.X if layer is None else _layer(adata, layer)
@@ -225,6 +229,7 @@ class SCTrilemma(
             fields.CategoricalObsField(REGISTRY_KEYS.BATCH_KEY, None),
             fields.CategoricalObsField(SCT_REGISTRY_KEYS.DONOR_KEY, donor_key),
             fields.CategoricalObsField(SCT_REGISTRY_KEYS.DATASET_KEY, dataset_key),
+            *cls._minified_fields(adata, kwargs.get("source_registry")),
         ]
         adata_manager = AnnDataManager(fields=anndata_fields, setup_method_args=setup_method_args)
         adata_manager.register_fields(adata, **kwargs)
@@ -375,6 +380,7 @@ class SCTrilemma(
         ``min_expressed_genes`` are then the data module's, and training uses every selected cell.
         Under DDP the posterior BatchNorm normalises with statistics all-reduced over ranks.
         """
+        self._refuse_training_if_minified()
         if self._nothing_to_train():
             return None
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
@@ -461,6 +467,8 @@ class SCTrilemma(
 
     def _check_cells_have_counts(self, adata: AnnData | MuData, indices: Sequence[int] | None) -> None:
         manager = self.get_anndata_manager(adata, required=True)
+        if REGISTRY_KEYS.LATENT_QZM_KEY in manager.data_registry:
+            return  # minified data: the encoder does not run, the cached posteriors are used
         matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
         names = manager.adata.obs_names
         if indices is not None:

@@ -12,6 +12,7 @@ from scvi import REGISTRY_KEYS
 
 from sctrilemma._constants import SCT_MODULE_KEYS, SCT_REGISTRY_KEYS
 from sctrilemma.data._pseudobulk import PseudobulkCodebook, pseudobulk_profiles
+from sctrilemma.model._minify_mixin import holds_counts
 from sctrilemma.module._prior import gaussian_kl
 
 if TYPE_CHECKING:
@@ -43,6 +44,11 @@ class PriorSetupMixin:
     def _group_profiles(self, manager: AnnDataManager) -> tuple[np.ndarray, np.ndarray, int, pd.MultiIndex]:
         """Pseudo-bulk profiles of the groups of ``manager``'s data (cached per registration)."""
         cache = self.__dict__.setdefault("_profile_cache", {})
+        if not holds_counts(manager):
+            raise ValueError(
+                "PB-Cond's pseudo-bulk codes need counts, which data minified with "
+                "`minified_data_type='latent_posterior_parameters'` does not have; use the full data."
+            )
         if manager.id not in cache:
             group, keys, stride, names = self._groups(manager)
             if keys.size == group.size and group.size > 1:
@@ -89,6 +95,8 @@ class PriorSetupMixin:
         if self.module.prior is None:
             return
         manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
+        if not holds_counts(manager):
+            return  # minified data: the callers (ELBO, reconstruction, marginal LL, training) refuse it
         codes, keys, stride, _ = self._codes(manager)
         self._set_module_codes(codes, keys, stride)
 

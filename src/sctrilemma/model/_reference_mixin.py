@@ -17,6 +17,7 @@ from scvi.model._utils import parse_device_args
 from sctrilemma._validation import check_counts, check_obs_keys
 from sctrilemma.data._genes import find_symbol_column, match_genes
 from sctrilemma.io._reference import read_reference, versions, write_reference
+from sctrilemma.model._minify_mixin import check_minified_load
 
 if TYPE_CHECKING:
     import os
@@ -202,6 +203,7 @@ class ReferenceMixin:
         if adata is None:
             adata = _read_saved_data(Path(dir_path), prefix)
         if adata is not None:
+            check_minified_load(model.registry_, adata)
             model.adata = adata
         return model
 

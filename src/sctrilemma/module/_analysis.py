@@ -106,7 +106,7 @@ class AnalysisModuleMixin:
         """Posterior predictive counts over all genes: ``(batch, n_input)``, or ``(batch, n_input, n_samples)``.
 
         ``n_samples`` latent samples are drawn from the posterior (its mean when ``n_samples == 1``, as in
-        :meth:`inference`), then counts from the ZINB. Shapes follow :meth:`scvi.module.VAE.sample`.
+        ``inference``), then counts from the ZINB. Shapes follow :meth:`scvi.module.VAE.sample`.
         """
         _, generative_outputs = self.forward(
             tensors,
@@ -165,5 +165,11 @@ class AnalysisModuleMixin:
 
 
 def observed_library(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Each cell's observed raw total ``(batch, 1)`` (the library the likelihood is conditioned on)."""
+    """Each cell's observed raw total ``(batch, 1)`` (the library the likelihood is conditioned on).
+
+    Minified data has no counts and carries the total cached by ``minify_adata`` instead.
+    """
+    cached = tensors.get(REGISTRY_KEYS.OBSERVED_LIB_SIZE)
+    if cached is not None:
+        return cached.reshape(-1, 1)
     return tensors[REGISTRY_KEYS.X_KEY].sum(dim=1, keepdim=True)

@@ -9,12 +9,13 @@ import torch
 import torch.nn.functional as F
 from scvi import REGISTRY_KEYS
 from scvi.distributions import ZeroInflatedNegativeBinomial
-from scvi.module.base import BaseModuleClass, LossOutput, auto_move_data
+from scvi.module.base import BaseMinifiedModeModuleClass, LossOutput, auto_move_data
 from torch import nn
 from torch.distributions import Normal
 
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma.module._analysis import AnalysisModuleMixin
+from sctrilemma.module._minified import MinifiedModeModuleMixin
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, GroupCodePriorMixin, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import (
     GeneCrop,
@@ -48,7 +49,9 @@ EVAL_TOKEN_BUDGET = 8192
 DECODE_TOKEN_BUDGET = 2048
 
 
-class SCTrilemmaModule(AnalysisModuleMixin, GroupCodePriorMixin, BaseModuleClass):
+class SCTrilemmaModule(
+    MinifiedModeModuleMixin, AnalysisModuleMixin, GroupCodePriorMixin, BaseMinifiedModeModuleClass
+):
     """Gene-token Perceiver VAE of :cite:p:`sctrilemma`.
 
     Parameters
@@ -95,6 +98,8 @@ class SCTrilemmaModule(AnalysisModuleMixin, GroupCodePriorMixin, BaseModuleClass
     -----
     In evaluation mode the encoder runs an exact fast path (:meth:`encode`) and :attr:`precision`
     selects the arithmetic of evaluation (embedding and reconstruction); training always runs in fp32.
+    ``inference`` (scvi-tools' minified mode) runs the encoder (``_regular_inference``) or, on data
+    minified by :meth:`~sctrilemma.SCTrilemma.minify_adata`, reads the cached token posteriors.
     """
 
     def __init__(
@@ -273,11 +278,8 @@ class SCTrilemmaModule(AnalysisModuleMixin, GroupCodePriorMixin, BaseModuleClass
             latents = block(latents, unit_context, crop.mask, workspace)
         return latents
 
-    def _get_inference_input(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {"x": tensors[REGISTRY_KEYS.X_KEY]}
-
     @auto_move_data
-    def inference(self, x: torch.Tensor, n_samples: int = 1, crop: GeneCrop | None = None) -> dict:
+    def _regular_inference(self, x: torch.Tensor, n_samples: int = 1, crop: GeneCrop | None = None) -> dict:
         """Encode a count batch ``x`` ``(batch, n_genes)``.
 
         In eval mode the tokens are each cell's top expressed genes and ``z`` is the posterior mean
