@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from sctrilemma import SCTrilemma
+from sctrilemma.model._presets import PRESETS
 
 
 def _trained(adata, tiny, **kwargs) -> SCTrilemma:
@@ -115,7 +116,8 @@ def test_presets_and_overrides(small_adata):
     assert paper.module.encoder[0].attention.dropout_rate == pytest.approx(0.1)
     assert float(paper.module.to_logvar.bias.abs().max()) < 1.0
     # the small preset's short-run recipe, each setting overridable
-    assert (small.module.n_decoder_targets, small.module.crop_size) == (128, 256)
+    assert (small.module.n_decoder_targets, small.module.crop_size) == (512, 256)
+    assert small.module.decoder[0].ffn.proj_out.in_features == 64  # feed-forward width 1 x d
     assert small.module.encoder[0].attention.dropout_rate == 0.0
     assert torch.all(small.module.to_logvar.bias == -4.0)
     tuned = SCTrilemma(small_adata, preset="small", n_decoder_targets=64, posterior_logvar_init=-2.0)
@@ -123,6 +125,19 @@ def test_presets_and_overrides(small_adata):
     assert torch.all(tuned.module.to_logvar.bias == -2.0)
     with pytest.raises(ValueError, match="`preset` must be one of"):
         SCTrilemma(small_adata, preset="huge")
+
+
+def test_saved_model_keeps_its_resolved_sizes(small_adata, tmp_path, monkeypatch):
+    """A saved model records its sizes, so it loads unchanged after a preset's defaults change."""
+    SCTrilemma.setup_anndata(small_adata)
+    model = SCTrilemma(small_adata, preset="small", posterior_logvar_init=-2.0)
+    model.save(tmp_path / "model")
+    monkeypatch.setitem(PRESETS, "small", {**PRESETS["small"], "ffn_multiplier": 2.0, "n_decoder_targets": 64})
+    loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
+    assert loaded.module.n_decoder_targets == 512
+    assert torch.all(loaded.module.to_logvar.bias == -2.0)
+    for name, value in model.module.state_dict().items():
+        assert torch.equal(loaded.module.state_dict()[name], value), name
     with pytest.raises(ValueError, match="`prior` must be"):
         SCTrilemma(small_adata, prior="uniform")
 

@@ -183,6 +183,10 @@ class SCTrilemma(
             f"pooling={pooling!r}, {sum(p.numel() for p in self.module.parameters()):,} parameters"
         )
         self.init_params_ = self._get_init_params(locals())
+        # Saved models record the resolved sizes, so they load the same if a preset's defaults change.
+        module_kwargs_ = self.init_params_["kwargs"].setdefault("module_kwargs", {})
+        for key, value in sizes.items():
+            (self.init_params_["non_kwargs"] if key in self.init_params_["non_kwargs"] else module_kwargs_)[key] = value
         logger.info(self._model_summary_string)
 
     def __repr__(self) -> str:

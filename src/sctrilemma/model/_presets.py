@@ -18,11 +18,12 @@ PRESETS: dict[str, dict[str, int | float | None]] = {
         "n_decoder_layers": 3,
         "n_heads": 8,
         "dropout_rate": 0.1,
+        "ffn_multiplier": 4.0,
         "n_decoder_targets": None,
         "posterior_logvar_init": 0.0,
     },
     # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: decoupled,
-    # weighted decoder targets, no dropout and a less noisy starting posterior (docs/user_guide.md, "Presets";
+    # weighted decoder targets (many, with a narrow feed-forward layer), no dropout and a less noisy starting posterior (docs/user_guide.md, "Presets";
     # measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
@@ -32,7 +33,8 @@ PRESETS: dict[str, dict[str, int | float | None]] = {
         "n_decoder_layers": 1,
         "n_heads": 4,
         "dropout_rate": 0.0,
-        "n_decoder_targets": 128,
+        "ffn_multiplier": 1.0,
+        "n_decoder_targets": 512,
         "posterior_logvar_init": -4.0,
     },
 }
