@@ -24,6 +24,7 @@ from pathlib import Path
 import anndata as ad
 import numpy as np
 import scvi
+import torch
 from lightning.pytorch.callbacks import Callback, Timer
 
 from sctrilemma import SCTrilemma, metrics
@@ -74,6 +75,7 @@ class Checkpoints(Callback):
         row.update(score(embedding, reconstruction, self.model.adata[self.cells]))
         self.rows.append(row)
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+        torch.set_num_threads(TRAINING_THREADS)  # scoring may raise PyTorch's thread count (see trilemma.py)
         spent = time.perf_counter() - began
         self.paused += spent
         for callback in trainer.callbacks:  # give the scoring time back to the max_time budget
@@ -81,6 +83,7 @@ class Checkpoints(Callback):
                 callback._start_time["train"] += spent
 
 
+TRAINING_THREADS = torch.get_num_threads()
 METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard")
 
 
@@ -140,11 +143,13 @@ def main() -> None:
     cells = np.sort(np.random.default_rng(args.seed).choice(adata.n_obs, min(args.n_cells, adata.n_obs), replace=False))
     sample = adata[cells].copy()
     references = {"pca": score(pca_baseline(adata, seed=args.seed).embedding[cells], None, sample)}
+    torch.set_num_threads(TRAINING_THREADS)
     scvi_result = scvi_baseline(adata, time_budget_s=args.budget_s, seed=args.seed)
     references["scvi"] = score(scvi_result.embedding[cells], scvi_result.reconstruction[cells], sample)
     references["scvi"]["train_s"] = scvi_result.train_seconds
     print(json.dumps(references), flush=True)
 
+    torch.set_num_threads(TRAINING_THREADS)
     scvi.settings.seed = args.seed
     SCTrilemma.setup_anndata(adata, donor_key=DONOR_KEY)
     model = SCTrilemma(adata, preset="small")

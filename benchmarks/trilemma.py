@@ -25,6 +25,7 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 import scvi
+import torch
 
 from sctrilemma import SCTrilemma
 from sctrilemma.benchmark import Scorecard, intervention_outputs, pca_baseline, scvi_baseline
@@ -63,6 +64,9 @@ def run_dataset(
     scvi_donor: bool,
 ) -> dict:
     label_key, context_key, symbol_key = DATASETS[path.name]
+    # Every model trains on the threads the process started with: scanpy's preprocessing (in the PCA baseline of
+    # the previous seed) raises PyTorch's thread count, which oversubscribed later seeds' training.
+    torch.set_num_threads(TRAINING_THREADS)
     adata = ad.read_h5ad(path)
     adata.obs[context_key] = adata.obs[context_key].astype(str)
     budgets: dict[str, dict] = {}
@@ -79,6 +83,7 @@ def run_dataset(
             reconstruction_keys[f"X_sct_{name}"] = f"rec_sct_{name}"
     scvi_runs = (("X_scvi", None), ("X_scvi_donor", context_key)) if scvi_donor else (("X_scvi", None),)
     for key, batch_key in scvi_runs:
+        torch.set_num_threads(TRAINING_THREADS)
         result = scvi_baseline(adata, batch_key=batch_key, time_budget_s=budget_s, seed=seed)
         adata.obsm[key], adata.layers[f"rec_{key[2:]}"] = result.embedding, result.reconstruction
         budgets[key] = {"train_s": result.train_seconds, "epochs": result.details["epochs"]}
@@ -120,6 +125,7 @@ def run_dataset(
     return {"budgets": budgets, "results": card.get_results().to_dict(orient="records")}
 
 
+TRAINING_THREADS = torch.get_num_threads()
 HEADLINE = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard")
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -44,19 +45,25 @@ def pca_baseline(
 ) -> BaselineResult:
     """PCA of log1p-CP10K expression of the highly variable genes (Seurat flavour on log data).
 
-    Works on a copy; ``adata`` is not modified.
+    Works on a copy; ``adata`` is not modified. PyTorch's thread count is restored afterwards: scanpy's
+    preprocessing raises it to the number of cores (measured with ``OMP_NUM_THREADS=1``), which left later
+    training in the same process oversubscribed.
     """
     import scanpy as sc
 
     start = time.perf_counter()
+    threads = torch.get_num_threads()
     work = adata.copy()
     work.X = _counts(adata, layer).copy()
-    sc.pp.normalize_total(work, target_sum=1e4)
-    sc.pp.log1p(work)
-    n_top = min(n_top_genes, work.n_vars)
-    sc.pp.highly_variable_genes(work, n_top_genes=n_top, subset=True)
-    n_comps = min(n_comps, work.n_vars - 1, work.n_obs - 1)
-    sc.pp.pca(work, n_comps=n_comps, random_state=seed)
+    try:
+        sc.pp.normalize_total(work, target_sum=1e4)
+        sc.pp.log1p(work)
+        n_top = min(n_top_genes, work.n_vars)
+        sc.pp.highly_variable_genes(work, n_top_genes=n_top, subset=True)
+        n_comps = min(n_comps, work.n_vars - 1, work.n_obs - 1)
+        sc.pp.pca(work, n_comps=n_comps, random_state=seed)
+    finally:
+        torch.set_num_threads(threads)
     return BaselineResult(
         embedding=np.asarray(work.obsm["X_pca"]),
         train_seconds=time.perf_counter() - start,
