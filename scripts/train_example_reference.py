@@ -22,7 +22,7 @@ SEED = 0
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--max-epochs", type=int, default=60)
+    parser.add_argument("--max-epochs", type=int, default=40)
     parser.add_argument("--out", default=str(EXAMPLE_REFERENCE_DIR))
     args = parser.parse_args()
     scvi.settings.seed = SEED
