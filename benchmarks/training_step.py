@@ -1,8 +1,8 @@
 """Small-preset training step on the shipped example at batch 128: the previous recipe against today's, side by side.
 
 "previous" is the small preset as it was before the decoder-target change (dropout 0.1, crop 512, the paper's
-crop as decoder targets, feed-forward width 4 x d); "current" is ``PRESETS["small"]``. Both run in one process on the same 128 cells,
-alternating step by step so that load changes hit both alike; each step is forward, backward and an AdamW update.
+crop as decoder targets, feed-forward width 4 x d); "current" is ``PRESETS["small"]``. Both run in one process on
+the same 128 cells, alternating step by step so that load changes hit both alike; each step is forward, backward and an AdamW update.
 Prints median seconds per step, the ratio and the machine's load.
 
 With ``--settings`` (JSON: name -> overrides of ``PRESETS["small"]``) those settings are compared instead, the first

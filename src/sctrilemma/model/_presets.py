@@ -22,9 +22,9 @@ PRESETS: dict[str, dict[str, int | float | None]] = {
         "n_decoder_targets": None,
         "posterior_logvar_init": 0.0,
     },
-    # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: decoupled,
-    # weighted decoder targets (many, with a narrow feed-forward layer), no dropout and a less noisy starting posterior (docs/user_guide.md, "Presets";
-    # measurements in benchmarks/results/quality/NOTES.md).
+    # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: many decoupled,
+    # weighted decoder targets with a narrow feed-forward layer, no dropout and a less noisy starting posterior
+    # (docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
         "n_latent_tokens": 16,
