@@ -16,7 +16,6 @@ from scvi.data._constants import ADATA_MINIFY_TYPE
 from scvi.module.base import auto_move_data
 from torch.distributions import Normal
 
-from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN
 
 if TYPE_CHECKING:
@@ -59,14 +58,7 @@ class MinifiedModeModuleMixin:
             z_tokens = Normal(q_mean, torch.exp(0.5 * q_logvar)).rsample((n_samples,))
         else:
             z_tokens = q_mean
-        return {
-            "z": self.pooling(z_tokens),
-            "qz": self.pooled_posterior(q_mean, q_logvar),
-            KEYS.Z_TOKENS_KEY: z_tokens,
-            KEYS.QZ_TOKENS_MEAN_KEY: q_mean,
-            KEYS.QZ_TOKENS_LOGVAR_KEY: q_logvar,
-            KEYS.CROP_KEY: None,
-        }
+        return self.inference_outputs(z_tokens, q_mean, q_logvar, None)
 
     def forward(
         self,

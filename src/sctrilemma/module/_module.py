@@ -307,6 +307,12 @@ class SCTrilemmaModule(
             z_tokens = q_mean + q_std * torch.randn_like(q_std)
         else:
             z_tokens = q_mean
+        return self.inference_outputs(z_tokens, q_mean, q_logvar, crop)
+
+    def inference_outputs(
+        self, z_tokens: torch.Tensor, q_mean: torch.Tensor, q_logvar: torch.Tensor, crop: GeneCrop | None
+    ) -> dict:
+        """The outputs of ``inference`` from the latent tokens ``z_tokens`` and their posterior."""
         return {
             "z": self.pooling(z_tokens),
             "qz": self.pooled_posterior(q_mean, q_logvar),
