@@ -34,7 +34,8 @@ from sctrilemma.nn import (
     ShortContextBlock,
     TokenPooling,
 )
-from sctrilemma.nn._attention import Workspace, unit_rms
+from sctrilemma.nn._attention import Workspace
+from sctrilemma.nn._norm import unit_rms
 
 if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
@@ -47,6 +48,9 @@ EVAL_TOKEN_BUDGET = 8192
 # Gene queries (cells x genes) decoded at once in evaluation; small enough that each block's
 # activations stay in cache (benchmarks/results/speed/NOTES.md).
 DECODE_TOKEN_BUDGET = 2048
+# Gene queries decoded at once in CPU training: one group's activations stay in cache from one operator to the
+# next, forward and backward (measured 12-16 % off a small-preset step; benchmarks/results/speed/NOTES.md).
+TRAINING_DECODE_BUDGET = 8192
 
 
 class SCTrilemmaModule(
@@ -349,6 +353,15 @@ class SCTrilemmaModule(
         return self._decode_eval(z_tokens, pooled_sample, genes)
 
     def _decode_plain(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
+        batch, n_genes = z_tokens.shape[0], genes.shape[-1]
+        if z_tokens.device.type == "cpu" and batch * n_genes > TRAINING_DECODE_BUDGET:
+            genes = genes.expand(batch, n_genes) if genes.dim() == 1 else genes
+            step = max(1, TRAINING_DECODE_BUDGET // n_genes)
+            groups = [slice(start, start + step) for start in range(0, batch, step)]
+            return torch.cat([self._decode_group(z_tokens[g], pooled_sample[g], genes[g]) for g in groups])
+        return self._decode_group(z_tokens, pooled_sample, genes)
+
+    def _decode_group(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
         with nullcontext() if self.training else self._eval_autocast(z_tokens.device):
             queries = self.query_router(self.gene_embedding(genes), self.query_router.modulation(pooled_sample))
             if queries.dim() == 2:
