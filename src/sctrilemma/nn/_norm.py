@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 class _UnitRMS(torch.autograd.Function):
@@ -36,7 +37,9 @@ def unit_rms(x: torch.Tensor, eps: float | None = None, out: torch.Tensor | None
     this cheap one (``benchmarks/results/speed/NOTES.md``).
     """
     eps = torch.finfo(x.dtype).eps if eps is None else eps
-    if out is None and x.device.type == "cpu" and x.requires_grad and torch.is_grad_enabled():
+    if out is None and x.device.type != "cpu":
+        return F.rms_norm(x, (x.shape[-1],), eps=eps)  # CUDA's fused kernel
+    if out is None and x.requires_grad and torch.is_grad_enabled():
         return _UnitRMS.apply(x, eps)
     inverse_rms = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() / x.shape[-1] + eps)
     return x * inverse_rms if out is None else torch.mul(x, inverse_rms, out=out)
