@@ -49,7 +49,8 @@ EVAL_TOKEN_BUDGET = 8192
 # activations stay in cache (benchmarks/results/speed/NOTES.md).
 DECODE_TOKEN_BUDGET = 2048
 # Gene queries decoded at once in CPU training: one group's activations stay in cache from one operator to the
-# next, forward and backward (measured 12-16 % off a small-preset step; benchmarks/results/speed/NOTES.md).
+# next, forward and backward (measured 12-16 % off a small-preset step;
+# benchmarks/results/quality/NOTES.md, "Third round").
 TRAINING_DECODE_BUDGET = 8192
 
 
