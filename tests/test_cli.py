@@ -235,3 +235,29 @@ def test_example_main_job(tmp_path):
     assert embedded.obsm["X_sctrilemma"].shape == (3000, 64)
     assert (tmp_path / "umap.png").stat().st_size > 10_000
     assert (tmp_path / "model" / "model.safetensors").exists()
+
+
+def test_library_info_records_are_not_printed_by_default(tmp_path):
+    """A library logger set to INFO (Lightning's seed message) propagates to the CLI's handler, which drops it."""
+    script = (
+        "import logging, sys\n"
+        "from sctrilemma._cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "library = logging.getLogger('some_library')\n"
+        "library.setLevel(logging.INFO)\n"
+        "library.info('an informational line')\n"
+        "library.warning('a warning line')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(sctrilemma.__file__).parents[1])}
+    missing = str(tmp_path / "missing.h5ad")
+    for flags, shown in (([], False), (["--verbose"], True)):
+        result = subprocess.run(
+            [sys.executable, "-c", script, *flags, "train", missing, "--out", str(tmp_path / "m")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,  # a guard only: this takes about a second
+            check=True,
+        )
+        assert ("an informational line" in result.stderr) == shown
+        assert "WARNING a warning line" in result.stderr

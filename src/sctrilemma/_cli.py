@@ -336,7 +336,12 @@ def _one_line(error: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for bad arguments, inputs or data)."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    level = logging.INFO if args.verbose else logging.WARNING
+    # The handler's own level also filters records that libraries' loggers set to INFO propagate to the root.
+    handler = logging.StreamHandler()
+    handler.setLevel(level)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     try:
         args.func(args)
     except (CommandError, ValueError, FileNotFoundError, KeyError) as error:
