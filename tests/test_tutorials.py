@@ -47,9 +47,18 @@ def test_tutorial_is_committed_executed(path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda path: path.stem)
-def test_tutorial_runs(path: Path, tmp_path: Path) -> None:
-    """Execute the notebook from a clean kernel in a temporary directory (its files land there)."""
+def test_tutorial_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Execute the notebook from a clean kernel in a temporary directory (its files land there).
+
+    The kernel computes on one thread, as the fast tests do (``conftest.py``): with other jobs on a 2-core machine,
+    two OpenMP threads per process spin at every barrier, and the quick start ran several times slower. numba is
+    held to one thread too: its first parallel call (in scanpy's preprocessing) resets the OpenMP thread count,
+    which PyTorch shares, to the number of cores.
+    """
     from nbclient import NotebookClient
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits the environment
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
 
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
