@@ -343,3 +343,22 @@ def test_posterior_parameters_stay_fp32_under_autocast(small_adata: ad.AnnData, 
     assert out["qz_tokens_mean"].dtype == torch.float32
     assert out["qz_tokens_logvar"].dtype == torch.float32
     assert out["z_tokens"].dtype == torch.float32
+
+
+def test_training_decoder_in_cell_groups_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoding in cache-sized groups of cells (CPU training) gives the same logits and gradients as one pass."""
+    torch.manual_seed(0)
+    module = SCTrilemmaModule(
+        30, n_hidden=16, n_latent_tokens=4, crop_size=12, n_encoder_layers=1, n_decoder_layers=2, n_heads=2,
+        dropout_rate=0.0, prior="normal",
+    ).double().train()  # fmt: skip
+    tokens = torch.randn(5, 4, 16, dtype=torch.float64, requires_grad=True)
+    genes = torch.randint(0, 30, (5, 7))
+    weight = torch.randn(5, 7, 2, dtype=torch.float64)
+    results = []
+    for budget in (10_000, 14):  # one pass; groups of 2 cells (14 // 7)
+        monkeypatch.setattr("sctrilemma.module._module.TRAINING_DECODE_BUDGET", budget)
+        logits = module.decode(tokens, tokens.mean(1), genes)
+        results.append((logits, *torch.autograd.grad((logits * weight).sum(), [tokens, *module.decoder.parameters()])))
+    for grouped, whole in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(grouped, whole)
