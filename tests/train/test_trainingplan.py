@@ -5,9 +5,10 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+from lightning.pytorch.callbacks import Callback
 
 from sctrilemma import SCTrilemma
-from sctrilemma.model._presets import recipe_trainer_kwargs
+from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs
 from sctrilemma.train import warmup_cosine
 from sctrilemma.train._trainingplan import planned_warmup
 
@@ -32,7 +33,7 @@ def test_paper_recipe_is_applied(small_adata, tiny):
     assert trainer.global_step == 20
     optimizer = trainer.optimizers[0]
     assert type(optimizer).__name__ == "AdamW"
-    group = optimizer.param_groups[0]
+    (group,) = optimizer.param_groups  # one learning rate for every weight
     assert group["weight_decay"] == pytest.approx(1e-4)
     assert group["initial_lr"] == pytest.approx(2e-4)
     assert group["eps"] == pytest.approx(1e-8)
@@ -110,3 +111,44 @@ def test_a_max_time_run_leaves_its_warmups(small_adata, tiny):
     # past the 3-step warm-up, and decayed along the time budget rather than the 10,000 epochs
     assert group["lr"] < 0.5 * group["initial_lr"]
     assert np.isfinite(model.history["train_loss"].to_numpy(dtype=float)).all()
+
+
+class RecordRates(Callback):
+    """Records the optimizer groups' learning rates before every step."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, ...]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.append(tuple(group["lr"] for group in trainer.optimizers[0].param_groups))
+
+
+def test_gene_embeddings_learn_at_their_own_rate(small_adata, tiny):
+    """``gene_embedding_lr_scale``: the embedding table is its own optimizer group, at a multiple of the rate."""
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", **tiny)
+    embedding = model.module.gene_embedding.weight
+    rates = RecordRates()
+    model.train(
+        max_steps=4,
+        batch_size=32,
+        enable_progress_bar=False,
+        plan_kwargs={"gene_embedding_lr_scale": 7.0},
+        callbacks=[rates],
+    )
+    shared, own = model.trainer.optimizers[0].param_groups
+    assert len(own["params"]) == 1
+    assert own["params"][0] is embedding
+    assert all(p is not embedding for p in shared["params"])
+    assert len(shared["params"]) == sum(1 for p in model.module.parameters() if p.requires_grad) - 1
+    assert own["initial_lr"] == pytest.approx(7.0 * shared["initial_lr"])
+    # the warm-up and cosine decay scale both groups at every step
+    assert len(rates.seen) == 4
+    assert all(embedding_lr == pytest.approx(7.0 * lr) and lr > 0 for lr, embedding_lr in rates.seen)
+    # the small preset's default is applied, and can be overridden like any plan setting
+    model.train(max_steps=1, batch_size=32, enable_progress_bar=False)
+    plan = model.trainer.lightning_module
+    assert plan.gene_embedding_lr_scale == TRAINING_DEFAULTS["small"]["gene_embedding_lr_scale"]
+    assert TRAINING_DEFAULTS["paper"]["gene_embedding_lr_scale"] == 1.0
+    with pytest.raises(ValueError, match="`gene_embedding_lr_scale` must be positive"):
+        model.train(max_steps=1, enable_progress_bar=False, plan_kwargs={"gene_embedding_lr_scale": 0.0})

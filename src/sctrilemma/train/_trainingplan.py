@@ -10,6 +10,9 @@ from scvi.train import TrainingPlan
 from torch.optim.lr_scheduler import LambdaLR
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    import torch
     from scvi.module.base import BaseModuleClass
 
 
@@ -53,6 +56,11 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         The KL weight rises linearly from ``min_kl_weight`` to ``max_kl_weight`` over
         ``kl_warmup_fraction`` of the planned steps, at most ``max_kl_warmup_steps``. Ignored when
         ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
+    gene_embedding_lr_scale
+        Learning rate of the gene embedding table as a multiple of ``lr`` (``1``: one rate for all, the
+        paper). AdamW moves a weight by about one learning rate per step, and a gene's embedding only
+        moves in the steps where that gene is one of the cell's tokens or targets, so with many genes
+        a short run learns what each gene does far more slowly than the shared weights.
     **kwargs
         Passed to :class:`~scvi.train.TrainingPlan` (``lr``, ``weight_decay``, ``max_kl_weight``, ...).
     """
@@ -72,8 +80,11 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         max_lr_warmup_steps: int = 1250,
         kl_warmup_fraction: float = 0.1,
         max_kl_warmup_steps: int = 2500,
+        gene_embedding_lr_scale: float = 1.0,
         **kwargs,
     ) -> None:
+        if not gene_embedding_lr_scale > 0.0:
+            raise ValueError(f"`gene_embedding_lr_scale` must be positive, got {gene_embedding_lr_scale}.")
         super().__init__(
             module,
             optimizer=optimizer,
@@ -89,6 +100,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         self.max_lr_warmup_steps = max_lr_warmup_steps
         self.kl_warmup_fraction = kl_warmup_fraction
         self.max_kl_warmup_steps = max_kl_warmup_steps
+        self.gene_embedding_lr_scale = gene_embedding_lr_scale
 
     def time_progress(self) -> float:
         """Fraction of the trainer's ``max_time`` budget used so far (0 without one)."""
@@ -96,6 +108,23 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
             if isinstance(callback, Timer) and callback._duration is not None:
                 return callback.time_elapsed("train") / max(callback._duration, 1e-9)
         return 0.0
+
+    def get_optimizer_creator(self) -> Callable:
+        """scvi-tools' optimizer creator, given the gene embeddings as their own group at the scaled rate."""
+        creator = super().get_optimizer_creator()
+        embedding = self.module.gene_embedding.weight
+        if self.gene_embedding_lr_scale == 1.0:
+            return creator
+
+        def with_embedding_group(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+            params = list(params)
+            others = [p for p in params if p is not embedding]
+            groups = [{"params": others}]
+            if len(others) < len(params):
+                groups.append({"params": [embedding], "lr": self.lr * self.gene_embedding_lr_scale})
+            return creator(groups)
+
+        return with_embedding_group
 
     def configure_optimizers(self) -> dict:
         """AdamW with a per-step warm-up + cosine schedule, sized from the trainer's step and time budgets."""
