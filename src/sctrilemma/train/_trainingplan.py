@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from lightning.pytorch.callbacks import Timer
 from scvi.train import TrainingPlan
@@ -14,6 +14,11 @@ if TYPE_CHECKING:
 
     import torch
     from scvi.module.base import BaseModuleClass
+
+
+# Up to this many genes one learning rate suits every weight of the small preset (tuned on 2,511 genes); with more,
+# each gene is a token or a target proportionally less often (benchmarks/results/quality/NOTES.md, "Fourth round").
+GENES_PER_EMBEDDING_RATE = 3000
 
 
 def warmup_cosine(step: int, *, total_steps: int | float, warmup_steps: int, time_progress: float = 0.0) -> float:
@@ -57,10 +62,11 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         ``kl_warmup_fraction`` of the planned steps, at most ``max_kl_warmup_steps``. Ignored when
         ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
     gene_embedding_lr_scale
-        Learning rate of the gene embedding table as a multiple of ``lr`` (``1``: one rate for all, the
-        paper). AdamW moves a weight by about one learning rate per step, and a gene's embedding only
-        moves in the steps where that gene is one of the cell's tokens or targets, so with many genes
-        a short run learns what each gene does far more slowly than the shared weights.
+        Learning rate of the gene embedding table as a multiple of ``lr``: ``1`` (one rate for all, the
+        paper) or ``"auto"``, ``1`` up to ``GENES_PER_EMBEDDING_RATE`` genes and proportional to the number
+        of genes beyond. AdamW moves a weight by about one learning rate per step, and a gene's embedding
+        only moves in the steps where that gene is one of the cell's tokens or targets, so with many genes a
+        short run learns what each gene does far more slowly than the shared weights.
     **kwargs
         Passed to :class:`~scvi.train.TrainingPlan` (``lr``, ``weight_decay``, ``max_kl_weight``, ...).
     """
@@ -80,11 +86,13 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         max_lr_warmup_steps: int = 1250,
         kl_warmup_fraction: float = 0.1,
         max_kl_warmup_steps: int = 2500,
-        gene_embedding_lr_scale: float = 1.0,
+        gene_embedding_lr_scale: float | Literal["auto"] = 1.0,
         **kwargs,
     ) -> None:
-        if not gene_embedding_lr_scale > 0.0:
-            raise ValueError(f"`gene_embedding_lr_scale` must be positive, got {gene_embedding_lr_scale}.")
+        if gene_embedding_lr_scale != "auto" and not (
+            isinstance(gene_embedding_lr_scale, int | float) and gene_embedding_lr_scale > 0
+        ):
+            raise ValueError(f"`gene_embedding_lr_scale` must be 'auto' or positive, got {gene_embedding_lr_scale!r}.")
         super().__init__(
             module,
             optimizer=optimizer,
@@ -102,6 +110,13 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         self.max_kl_warmup_steps = max_kl_warmup_steps
         self.gene_embedding_lr_scale = gene_embedding_lr_scale
 
+    @property
+    def embedding_lr_scale(self) -> float:
+        """``gene_embedding_lr_scale`` as a number, for this module's number of genes."""
+        if self.gene_embedding_lr_scale == "auto":
+            return max(1.0, self.module.n_input / GENES_PER_EMBEDDING_RATE)
+        return float(self.gene_embedding_lr_scale)
+
     def time_progress(self) -> float:
         """Fraction of the trainer's ``max_time`` budget used so far (0 without one)."""
         for callback in self.trainer.callbacks:
@@ -113,7 +128,8 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         """scvi-tools' optimizer creator, given the gene embeddings as their own group at the scaled rate."""
         creator = super().get_optimizer_creator()
         embedding = self.module.gene_embedding.weight
-        if self.gene_embedding_lr_scale == 1.0:
+        scale = self.embedding_lr_scale
+        if scale == 1.0:
             return creator
 
         def with_embedding_group(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -121,7 +137,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
             others = [p for p in params if p is not embedding]
             groups = [{"params": others}]
             if len(others) < len(params):
-                groups.append({"params": [embedding], "lr": self.lr * self.gene_embedding_lr_scale})
+                groups.append({"params": [embedding], "lr": self.lr * scale})
             return creator(groups)
 
         return with_embedding_group
