@@ -374,8 +374,7 @@ class SCTrilemma(
             replaces the model's split (then ``min_expressed_genes`` is not applied).
         plan_kwargs
             Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan` (``lr``, ``max_kl_weight``, ...).
-            Defaults are the preset's: learning rate 2e-4 (``"paper"``) or 5e-3 (``"small"``); the small
-            preset's gene embeddings learn faster on data with more than 3,000 genes (``gene_embedding_lr_scale``).
+            Preset defaults: ``lr`` 2e-4 (paper) or 5e-3 (small), ``gene_embedding_lr_scale`` 1 or ``"auto"``.
         **trainer_kwargs
             Passed to :class:`~scvi.train.Trainer` (e.g. ``strategy``, ``num_nodes``).
 
