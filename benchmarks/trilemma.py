@@ -203,6 +203,8 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"Unknown datasets {sorted(unknown)}; choose from {list(DATASETS)}.")
     gene_sets = Path(args.gene_sets_dir) / GENE_SETS
+    model_kwargs, plan_kwargs = json.loads(args.model), json.loads(args.plan)
+    overrides = {key: value for key, value in (("model", model_kwargs), ("plan", plan_kwargs)) if value}
     runs = []
     for name in files:
         for seed in seeds:
@@ -215,15 +217,10 @@ def main() -> None:
                 Path(args.out),
                 interventions=args.interventions and not args.quick,
                 scvi_donor=args.scvi_donor,
-                model_kwargs=json.loads(args.model),
-                plan_kwargs=json.loads(args.plan),
+                model_kwargs=model_kwargs,
+                plan_kwargs=plan_kwargs,
             )
             runs.append({"dataset": name, "seed": seed, **result})
-            overrides = {
-                key: value
-                for key, value in [("model", json.loads(args.model)), ("plan", json.loads(args.plan))]
-                if value
-            }
             summary = summarize(runs, budget, overrides)
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / "summary.md").write_text(summary)
