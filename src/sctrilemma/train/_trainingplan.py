@@ -17,8 +17,11 @@ if TYPE_CHECKING:
 
 
 # Up to this many genes one learning rate suits every weight of the small preset (tuned on 2,511 genes); with more,
-# each gene is a token or a target proportionally less often (benchmarks/results/quality/NOTES.md, "Fourth round").
+# each gene is a token or a target proportionally less often, and "auto" raises the gene embeddings' rate by
+# (n_genes / GENES_PER_EMBEDDING_RATE) ** EMBEDDING_RATE_EXPONENT: about 28 on 27,952 genes, where 30 beat 10 in three
+# seeds (benchmarks/results/quality/NOTES.md, "Fourth round" and "Fifth round").
 GENES_PER_EMBEDDING_RATE = 3000
+EMBEDDING_RATE_EXPONENT = 1.5
 
 
 def warmup_cosine(step: int, *, total_steps: int | float, warmup_steps: int, time_progress: float = 0.0) -> float:
@@ -63,8 +66,8 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
     gene_embedding_lr_scale
         Learning rate of the gene embedding table as a multiple of ``lr``: ``1`` (one rate for all, the
-        paper) or ``"auto"``, ``1`` up to ``GENES_PER_EMBEDDING_RATE`` genes and proportional to the number
-        of genes beyond. AdamW moves a weight by about one learning rate per step, and a gene's embedding
+        paper) or ``"auto"``: ``max(1, (n_genes / 3000) ** 1.5)``, ``1`` up to 3,000 genes and about 28 for
+        28,000. AdamW moves a weight by about one learning rate per step, and a gene's embedding
         only moves in the steps where that gene is one of the cell's tokens or targets, so with many genes a
         short run learns what each gene does far more slowly than the shared weights.
     **kwargs
@@ -114,7 +117,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
     def embedding_lr_scale(self) -> float:
         """``gene_embedding_lr_scale`` as a number, for this module's number of genes."""
         if self.gene_embedding_lr_scale == "auto":
-            return max(1.0, self.module.n_input / GENES_PER_EMBEDDING_RATE)
+            return max(1.0, (self.module.n_input / GENES_PER_EMBEDDING_RATE) ** EMBEDDING_RATE_EXPONENT)
         return float(self.gene_embedding_lr_scale)
 
     def time_progress(self) -> float:
