@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 
 # Up to this many genes one learning rate suits every weight of the small preset (tuned on 2,511 genes); with more,
 # each gene is a token or a target proportionally less often, and "auto" raises the gene embeddings' rate by
-# (n_genes / GENES_PER_EMBEDDING_RATE) ** EMBEDDING_RATE_EXPONENT: about 28 on 27,952 genes, where 30 beat 10 in three
-# seeds (benchmarks/results/quality/NOTES.md, "Fourth round" and "Fifth round").
+# (n_genes / GENES_PER_EMBEDDING_RATE) ** EMBEDDING_RATE_EXPONENT: about 87 on 27,952 genes, where 90 beat 30 and 10 in
+# three seeds and 270 (one seed) was worse (benchmarks/results/quality/NOTES.md, "Fourth round" and "Fifth round").
 GENES_PER_EMBEDDING_RATE = 3000
-EMBEDDING_RATE_EXPONENT = 1.5
+EMBEDDING_RATE_EXPONENT = 2.0
 
 
 def warmup_cosine(step: int, *, total_steps: int | float, warmup_steps: int, time_progress: float = 0.0) -> float:
@@ -66,7 +66,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
     gene_embedding_lr_scale
         Learning rate of the gene embedding table as a multiple of ``lr``: ``1`` (one rate for all, the
-        paper) or ``"auto"``: ``max(1, (n_genes / 3000) ** 1.5)``, ``1`` up to 3,000 genes and about 28 for
+        paper) or ``"auto"``: ``max(1, (n_genes / 3000) ** 2)``, ``1`` up to 3,000 genes and about 87 for
         28,000. AdamW moves a weight by about one learning rate per step, and a gene's embedding
         only moves in the steps where that gene is one of the cell's tokens or targets, so with many genes a
         short run learns what each gene does far more slowly than the shared weights.
