@@ -272,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-epochs",
         type=_positive_int,
         default=None,
-        help="training epochs (default: scVI's heuristic capped at 50, i.e. 50 up to 20,000 cells, fewer above)",
+        help="training epochs (default with neither this nor --max-steps: 1,200 steps for the small preset; for the "
+        "paper preset scVI's heuristic capped at 50 epochs, i.e. 50 up to 20,000 cells, fewer above)",
     )
     train.add_argument(
         "--max-steps", type=_positive_int, default=None, help="training steps; overrides --max-epochs (default: unset)"

@@ -8,6 +8,7 @@ import pytest
 from lightning.pytorch.callbacks import Callback
 
 from sctrilemma import SCTrilemma
+from sctrilemma.model import _presets
 from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import warmup_cosine
@@ -69,6 +70,24 @@ def test_max_steps_sets_epochs(small_adata, tiny):
     assert model.trainer.global_step == 7
     assert model.trainer.max_epochs == math.ceil(7 / math.ceil(n_train / 100))
     assert np.isfinite(model.history["train_loss"].to_numpy(dtype=float)).all()
+
+
+@pytest.mark.parametrize("preset", ["small", "paper"])
+def test_train_without_a_length_uses_the_presets_default(small_adata, tiny, monkeypatch, preset):
+    """``model.train()`` as scVI users call it: the small preset's default steps, the paper preset's epochs."""
+    monkeypatch.setitem(_presets.DEFAULT_STEPS, "small", 5)
+    monkeypatch.setattr(_presets, "DEFAULT_EPOCHS_CAP", 2)
+    SCTrilemma.setup_anndata(small_adata)
+    model = SCTrilemma(small_adata, preset=preset, **tiny, prior="normal")
+    model.train(batch_size=100, enable_progress_bar=False)
+    n_batches = math.ceil(model.train_indices.size / 100)
+    assert model.trainer.global_step == (5 if preset == "small" else 2 * n_batches)
+
+
+def test_default_training_length():
+    assert _presets.default_training_length("small", 1_000_000) == (None, _presets.DEFAULT_STEPS["small"])
+    assert _presets.default_training_length("paper", 10_000) == (50, None)
+    assert _presets.default_training_length("paper", 40_000) == (25, None)  # scVI's heuristic decays above 20,000
 
 
 def test_recipe_trainer_kwargs_fill_only_what_the_user_left_unset():

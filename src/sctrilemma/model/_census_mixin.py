@@ -12,7 +12,7 @@ from scvi.model.base import UnsupervisedTrainingMixin
 
 from sctrilemma._allocator import retain_freed_memory
 from sctrilemma.data._census import CENSUS_OBS_FILTER, group_codes
-from sctrilemma.model._presets import recipe_trainer_kwargs
+from sctrilemma.model._presets import default_training_length, recipe_trainer_kwargs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from sctrilemma.data._soma_datamodule import SomaDataModule
 
 logger = logging.getLogger(__name__)
-
-STREAMED_EPOCHS_CAP = 50
 
 
 class _NewShufflePerEpoch(Callback):
@@ -137,13 +135,11 @@ class CensusMixin:
             table = datamodule.pseudobulk()
             keys, stride, profiles = group_codes(table, datamodule.dataset_categories, datamodule.donor_categories)
             self._set_module_codes(self._codes_of_profiles(profiles), keys, stride)
+        if max_epochs is None and max_steps is None:
+            max_epochs, max_steps = default_training_length(self._preset, datamodule.n_obs)
         if max_steps is not None:
             trainer_kwargs["max_steps"] = max_steps
             max_epochs = max_steps  # every epoch has at least one step; max_steps stops training
-        elif max_epochs is None:
-            from scvi.model import get_max_epochs_heuristic
-
-            max_epochs = get_max_epochs_heuristic(datamodule.n_obs, epochs_cap=STREAMED_EPOCHS_CAP)
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, uses_cuda)
         trainer_kwargs["callbacks"] = [*trainer_kwargs.get("callbacks", []), _NewShufflePerEpoch()]
         # SCTrilemma.train's AnnData split does not apply: call the scvi-tools mixin directly.

@@ -29,7 +29,14 @@ from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
 from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
 from sctrilemma.model._minify_mixin import MinifyMixin, is_minified_without_counts
-from sctrilemma.model._presets import BATCH_SIZES, PRESETS, TRAINING_DEFAULTS, recipe_trainer_kwargs, resolve_preset
+from sctrilemma.model._presets import (
+    BATCH_SIZES,
+    PRESETS,
+    TRAINING_DEFAULTS,
+    default_training_length,
+    recipe_trainer_kwargs,
+    resolve_preset,
+)
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
 from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
@@ -49,7 +56,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MIN_EXPRESSED_GENES = 5
-DEFAULT_EPOCHS_CAP = 50
 PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
@@ -73,8 +79,7 @@ class SCTrilemma(
     registry
         Registry of a saved model; used by :meth:`load` to build a model without data.
     preset
-        ``"paper"`` (the paper's sizes) or ``"small"`` (a CPU-sized model); the size arguments
-        below override it.
+        ``"paper"`` (the paper's sizes) or ``"small"`` (CPU-sized); the size arguments below override it.
     n_hidden
         Token width ``d``.
     n_latent_tokens
@@ -91,8 +96,7 @@ class SCTrilemma(
         Decoder targets per cell in training: ``None`` reconstructs the paper's crop; a number samples
         that many genes per cell with weights (see :class:`~sctrilemma.module.SCTrilemmaModule`).
     prior
-        ``"pseudobulk"`` (PB-Cond), ``"normal"``, or ``"shuffled"`` (PB-Cond with a global random
-        permutation of groups to codes, a control).
+        ``"pseudobulk"`` (PB-Cond), ``"normal"``, or ``"shuffled"`` (PB-Cond, groups permuted to codes: a control).
     n_prior_codes
         Number ``M`` of pseudo-bulk centroids.
     gene_encoding
@@ -356,11 +360,10 @@ class SCTrilemma(
         Parameters
         ----------
         max_epochs
-            Passes over the training cells. When ``max_steps`` is also ``None``, scVI's heuristic
-            :func:`~scvi.model.get_max_epochs_heuristic` with a cap of 50 epochs (each cell costs far
-            more than in scVI): 50 epochs up to 20,000 cells, fewer above.
+            Passes over the training cells.
         max_steps
-            Optimisation steps; overrides ``max_epochs``.
+            Optimisation steps; overrides ``max_epochs``. With neither, the small preset trains 1,200 steps, the
+            paper preset scVI's :func:`~scvi.model.get_max_epochs_heuristic` capped at 50 epochs.
         batch_size
             Cells per step; by default the preset's: 256 (``"paper"``, per GPU as in the paper) or 64 (``"small"``).
         train_size, validation_size
@@ -404,15 +407,12 @@ class SCTrilemma(
             train_size, validation_size, min_expressed_genes
         )
         datasplitter_kwargs["external_indexing"] = splits
-        n_train = np.asarray(splits[0]).size
-        steps_per_epoch = max(1, math.ceil(n_train / batch_size))
+        steps_per_epoch = max(1, math.ceil(np.asarray(splits[0]).size / batch_size))
+        if max_epochs is None and max_steps is None:
+            max_epochs, max_steps = default_training_length(self._preset, self.adata.n_obs)
         if max_steps is not None:
             max_epochs = math.ceil(max_steps / steps_per_epoch)
             trainer_kwargs["max_steps"] = max_steps
-        elif max_epochs is None:
-            from scvi.model import get_max_epochs_heuristic
-
-            max_epochs = get_max_epochs_heuristic(self.adata.n_obs, epochs_cap=DEFAULT_EPOCHS_CAP)
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
         trainer_kwargs = training_display_kwargs(trainer_kwargs, steps_per_epoch)
         with quiet_lightning():

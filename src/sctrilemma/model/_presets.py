@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from scvi.model._utils import get_max_epochs_heuristic
 
 Preset = Literal["paper", "small"]
 
@@ -53,6 +54,20 @@ TRAINING_DEFAULTS: dict[str, dict[str, float | str]] = {
 # Cells per step when ``train(batch_size=None)``: the paper's 256 per GPU; the small preset takes more, cheaper
 # steps, which learn more per second on a CPU (benchmarks/results/quality/NOTES.md).
 BATCH_SIZES: dict[str, int] = {"paper": 256, "small": 64}
+
+# Training length when ``train()`` is given neither ``max_epochs`` nor ``max_steps``. The paper preset keeps scVI's
+# epoch heuristic with a cap of 50 epochs (each cell costs far more than in scVI). The small preset's embedding
+# separates cell types best after about a thousand steps and loses some of it with longer training, so its default
+# is a number of steps (benchmarks/results/quality/NOTES.md, "Sixth round").
+DEFAULT_EPOCHS_CAP = 50
+DEFAULT_STEPS: dict[str, int | None] = {"paper": None, "small": 1200}
+
+
+def default_training_length(preset: str, n_obs: int) -> tuple[int | None, int | None]:
+    """``(max_epochs, max_steps)`` for a ``train()`` call that sets neither; exactly one is not ``None``."""
+    if DEFAULT_STEPS[preset] is not None:
+        return None, DEFAULT_STEPS[preset]
+    return get_max_epochs_heuristic(n_obs, epochs_cap=DEFAULT_EPOCHS_CAP), None
 
 
 def recipe_trainer_kwargs(trainer_kwargs: dict, uses_cuda: bool) -> dict:
