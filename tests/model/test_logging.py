@@ -78,3 +78,13 @@ def test_train_prints_steps_with_loss_and_no_lightning_chatter(small_adata, tiny
     bar = capsys.readouterr()
     assert "Epoch 1/1" in bar.out + bar.err
     assert "loss=" in bar.out + bar.err
+
+
+def test_a_run_ended_by_max_steps_shows_its_last_epoch(small_adata, tiny, capsys):
+    """``train()``'s default length is in steps: the bar still says how many epochs it will run."""
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, **tiny)
+    model.train(max_steps=7, batch_size=100)  # 4 batches per epoch: the 7th step is in epoch 2
+    bar = capsys.readouterr()
+    assert "Epoch 2/2" in bar.out + bar.err
+    assert "Epoch 3" not in bar.out + bar.err

@@ -9,6 +9,7 @@ warning still reaches the user.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -45,9 +46,11 @@ class StepProgressBar(TQDMProgressBar):
     def on_train_epoch_start(self, trainer: pl.Trainer, *args: Any) -> None:
         """Title the bar ``Epoch i/n`` (1-based, as scvi-tools' bar)."""
         super().on_train_epoch_start(trainer, *args)
-        # With max_steps, Lightning's max_epochs is only an upper bound: show no total then.
-        by_epochs = trainer.max_steps in (None, -1) and trainer.max_epochs is not None and trainer.max_epochs > 0
-        total = trainer.max_epochs if by_epochs else None
+        total = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else None
+        if trainer.max_steps not in (None, -1):  # max_steps ends the run: the epoch it ends in is the total
+            batches = trainer.num_training_batches
+            by_steps = math.ceil(trainer.max_steps / batches) if 0 < batches < math.inf else None
+            total = min(total, by_steps) if total and by_steps else None
         epoch = trainer.current_epoch + 1
         self.train_progress_bar.set_description(f"Epoch {epoch}/{total}" if total else f"Epoch {epoch}")
 
