@@ -85,9 +85,11 @@ def test_train_without_a_length_uses_the_presets_default(small_adata, tiny, monk
 
 
 def test_default_training_length():
-    assert _presets.default_training_length("small", 1_000_000) == (None, _presets.DEFAULT_STEPS["small"])
-    assert _presets.default_training_length("paper", 10_000) == (50, None)
-    assert _presets.default_training_length("paper", 40_000) == (25, None)  # scVI's heuristic decays above 20,000
+    assert _presets.training_length("small", 1_000_000, None, None) == (None, _presets.DEFAULT_STEPS["small"])
+    assert _presets.training_length("paper", 10_000, None, None) == (50, None)
+    assert _presets.training_length("paper", 40_000, None, None) == (25, None)  # scVI's heuristic decays above 20,000
+    assert _presets.training_length("small", 10_000, 3, None) == (3, None)  # a given length is kept
+    assert _presets.training_length("paper", 10_000, None, 7) == (None, 7)
 
 
 def test_recipe_trainer_kwargs_fill_only_what_the_user_left_unset():

@@ -12,7 +12,7 @@ from scvi.model.base import UnsupervisedTrainingMixin
 
 from sctrilemma._allocator import retain_freed_memory
 from sctrilemma.data._census import CENSUS_OBS_FILTER, group_codes
-from sctrilemma.model._presets import default_training_length, recipe_trainer_kwargs
+from sctrilemma.model._presets import recipe_trainer_kwargs, training_length
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -135,8 +135,7 @@ class CensusMixin:
             table = datamodule.pseudobulk()
             keys, stride, profiles = group_codes(table, datamodule.dataset_categories, datamodule.donor_categories)
             self._set_module_codes(self._codes_of_profiles(profiles), keys, stride)
-        if max_epochs is None and max_steps is None:
-            max_epochs, max_steps = default_training_length(self._preset, datamodule.n_obs)
+        max_epochs, max_steps = training_length(self._preset, datamodule.n_obs, max_epochs, max_steps)
         if max_steps is not None:
             trainer_kwargs["max_steps"] = max_steps
             max_epochs = max_steps  # every epoch has at least one step; max_steps stops training

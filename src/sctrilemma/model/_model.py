@@ -33,9 +33,9 @@ from sctrilemma.model._presets import (
     BATCH_SIZES,
     PRESETS,
     TRAINING_DEFAULTS,
-    default_training_length,
     recipe_trainer_kwargs,
     resolve_preset,
+    training_length,
 )
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
@@ -408,8 +408,7 @@ class SCTrilemma(
         )
         datasplitter_kwargs["external_indexing"] = splits
         steps_per_epoch = max(1, math.ceil(np.asarray(splits[0]).size / batch_size))
-        if max_epochs is None and max_steps is None:
-            max_epochs, max_steps = default_training_length(self._preset, self.adata.n_obs)
+        max_epochs, max_steps = training_length(self._preset, self.adata.n_obs, max_epochs, max_steps)
         if max_steps is not None:
             max_epochs = math.ceil(max_steps / steps_per_epoch)
             trainer_kwargs["max_steps"] = max_steps

@@ -63,8 +63,12 @@ DEFAULT_EPOCHS_CAP = 50
 DEFAULT_STEPS: dict[str, int | None] = {"paper": None, "small": 1200}
 
 
-def default_training_length(preset: str, n_obs: int) -> tuple[int | None, int | None]:
-    """``(max_epochs, max_steps)`` for a ``train()`` call that sets neither; exactly one is not ``None``."""
+def training_length(
+    preset: str, n_obs: int, max_epochs: int | None, max_steps: int | None
+) -> tuple[int | None, int | None]:
+    """``train()``'s ``(max_epochs, max_steps)`` as given, or the preset's default when it sets neither."""
+    if max_epochs is not None or max_steps is not None:
+        return max_epochs, max_steps
     if DEFAULT_STEPS[preset] is not None:
         return None, DEFAULT_STEPS[preset]
     return get_max_epochs_heuristic(n_obs, epochs_cap=DEFAULT_EPOCHS_CAP), None
