@@ -16,9 +16,11 @@ from torch.distributions import Normal
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma.module._analysis import AnalysisModuleMixin
 from sctrilemma.module._minified import MinifiedModeModuleMixin
+from sctrilemma.module._precision import EvalPrecisionMixin
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, GroupCodePriorMixin, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import (
     GeneCrop,
+    GeneDetection,
     expressed_crop,
     log_normalize,
     target_sample,
@@ -41,8 +43,6 @@ if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
 
 PriorKind = Literal["pseudobulk", "normal"]
-Precision = Literal["auto", "fp32", "bf16"]
-PRECISIONS = ("auto", "fp32", "bf16")
 # Gene tokens (cells x positions) encoded at once in evaluation: bounds activation memory per batch.
 EVAL_TOKEN_BUDGET = 8192
 # Gene queries (cells x genes) decoded at once in evaluation; small enough that each block's
@@ -55,7 +55,7 @@ TRAINING_DECODE_BUDGET = 8192
 
 
 class SCTrilemmaModule(
-    MinifiedModeModuleMixin, AnalysisModuleMixin, GroupCodePriorMixin, BaseMinifiedModeModuleClass
+    MinifiedModeModuleMixin, AnalysisModuleMixin, GroupCodePriorMixin, EvalPrecisionMixin, BaseMinifiedModeModuleClass
 ):
     """Gene-token Perceiver VAE of :cite:p:`sctrilemma`.
 
@@ -88,7 +88,9 @@ class SCTrilemmaModule(
         reconstructs the same crop, with the softmax and library taken over the crop. A number ``T``:
         the encoder reads each cell's top-``crop_size`` expressed genes in training as in embedding,
         and the decoder reconstructs ``T`` genes per cell sampled by :func:`~sctrilemma.module.target_sample`,
-        weighted so that the likelihood estimates the one over all genes with the cell's whole library.
+        weighted so that the likelihood estimates the one over all genes with the cell's whole library. The
+        genes rarely expressed in the cells trained on so far (counted by ``gene_detection``) get their own
+        small share of the zero-count targets.
     posterior_logvar_init
         Initial bias of the posterior log-variance head. ``0`` (PyTorch's default, the paper) starts
         the latent tokens at unit noise; a negative value starts them less noisy, so a short run's
@@ -162,38 +164,14 @@ class SCTrilemmaModule(
         self.decoder = nn.ModuleList([CrossAttentionBlock(n_hidden, **block_kwargs) for _ in range(n_decoder_layers)])
         self.count_head = nn.Linear(n_hidden, 2)
         self.px_r = nn.Parameter(torch.zeros(n_input))
+        self.gene_detection = GeneDetection(n_input)  # names the rare genes for the decoder's target sample
         # Built last, so that adding the prior leaves every other parameter's initialisation unchanged.
         self.prior_kind = prior
         self.prior = PseudobulkPrior(n_prior_codes, n_hidden) if prior == "pseudobulk" else None
         self.register_buffer("group_keys", torch.zeros(0, dtype=torch.long), persistent=False)
         self.register_buffer("group_codes", torch.zeros(0, n_prior_codes), persistent=False)
         self.group_key_stride = 1
-        self.precision: Precision = "auto"
-
-    # ------------------------------------------------------------------ precision
-    @property
-    def precision(self) -> Precision:
-        """Arithmetic of evaluation, one of ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
-
-        ``"auto"`` is bf16 on CUDA devices that support it and fp32 on CPU. bf16 keeps about three
-        significant digits; ``benchmarks/vs_reference.py`` reports each cell's embedding cosine to fp32.
-        """
-        return self._precision
-
-    @precision.setter
-    def precision(self, value: Precision) -> None:
-        if value not in PRECISIONS:
-            raise ValueError(f"`precision` must be one of {PRECISIONS}, got {value!r}.")
-        self._precision = value
-
-    def uses_bf16(self, device: torch.device) -> bool:
-        """Whether evaluation on ``device`` runs under bf16 autocast."""
-        if self.precision == "auto":
-            return device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return self.precision == "bf16"
-
-    def _eval_autocast(self, device: torch.device) -> torch.autocast:
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.uses_bf16(device))
+        self.precision = "auto"
 
     # ------------------------------------------------------------------ encoder
     def encode(self, crop: GeneCrop, library: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -411,7 +389,9 @@ class SCTrilemmaModule(
         target = inference_outputs[KEYS.CROP_KEY]
         x = tensors[REGISTRY_KEYS.X_KEY].to(target.counts.device)
         if self.n_decoder_targets is not None:
-            target = target_sample(x, self.n_decoder_targets)
+            if self.training:
+                self.gene_detection.update(x)
+            target = target_sample(x, self.n_decoder_targets, rare_genes=self.gene_detection.rare_genes())
         elif not self.training:
             # The embedding crop has no zero genes; score reconstruction on a training-style crop.
             target = training_crop(x, self.crop_size)

@@ -10,8 +10,14 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch import nn
 
 TARGET_SUM = 1e4
+# Genes expressed in fewer than this fraction of the cells trained on so far are "rare" for the decoder's target
+# sample, and this share of its zero-count positions samples them (benchmarks/results/quality/NOTES.md,
+# "Seventh round").
+RARE_GENE_DETECTION = 0.02
+RARE_ZERO_SHARE = 0.125
 
 
 class GeneCrop(NamedTuple):
@@ -79,7 +85,26 @@ def expressed_crop(
     return GeneCrop(genes, counts, counts > 0)
 
 
-def target_sample(x: torch.Tensor, n_targets: int, generator: torch.Generator | None = None) -> GeneCrop:
+def _uniform_stratum(
+    eligible: torch.Tensor, keys: torch.Tensor, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n`` genes per cell drawn uniformly without replacement from its ``eligible`` ones.
+
+    Returns their indices, their mask (``False`` where a cell has fewer than ``n``) and their inverse
+    inclusion probability ``(batch, n)``.
+    """
+    drawn = torch.where(eligible, keys, -1.0).topk(n, dim=1)
+    pool = eligible.sum(1, keepdim=True)
+    weight = pool / pool.clamp(max=n).clamp_min(1)
+    return drawn.indices, drawn.values >= 0, weight.expand(-1, n)
+
+
+def target_sample(
+    x: torch.Tensor,
+    n_targets: int,
+    generator: torch.Generator | None = None,
+    rare_genes: torch.Tensor | None = None,
+) -> GeneCrop:
     """Decoder targets: a stratified random sample of ``n_targets`` genes per cell, with weights.
 
     A quarter of the positions holds the cell's most expressed genes (weight 1), a quarter a uniform
@@ -89,6 +114,12 @@ def target_sample(x: torch.Tensor, n_targets: int, generator: torch.Generator | 
     zero-count targets and the likelihood estimates the one over the whole transcriptome. Positions a
     cell cannot fill (too few expressed or zero genes) are masked. With at most ``n_targets`` genes in
     total every gene is a target with weight 1.
+
+    ``rare_genes`` ``(n_genes,)`` marks genes expressed in fewer than 2 % of the cells (``RARE_GENE_DETECTION``).
+    When some are, the zero-count positions form two uniform strata: an eighth of them (``RARE_ZERO_SHARE``)
+    sample the cell's rare zero-count genes, the rest its other zero-count genes. A zero of a gene that other
+    cells express says more about the cell than one of a gene hardly any cell expresses, and it is now a target
+    more often; the weights keep every sum unbiased.
     """
     batch, n_genes = x.shape
     if n_genes <= n_targets:
@@ -98,25 +129,45 @@ def target_sample(x: torch.Tensor, n_targets: int, generator: torch.Generator | 
     n_zero = n_targets - n_top - n_other
     keys = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)
     expressed = x > 0
-    n_expressed = expressed.sum(1, keepdim=True)
     # Most expressed first, equal counts in gene order: deterministic given x, so these genes have
     # inclusion probability 1 (a random tie-break would make it less). -1 marks ineligible genes.
     tie_break = 0.5 * torch.arange(n_genes, 0, -1, device=x.device, dtype=torch.float32) / n_genes
-    top_keys = torch.where(expressed, x.float() + tie_break, -1.0).topk(n_top, dim=1)
-    chosen = torch.zeros_like(expressed).scatter_(1, top_keys.indices, top_keys.values >= 0)
-    other_keys = torch.where(expressed & ~chosen, keys, -1.0).topk(n_other, dim=1)
-    zero_keys = torch.where(~expressed, keys, -1.0).topk(n_zero, dim=1)
-    genes = torch.cat([top_keys.indices, other_keys.indices, zero_keys.indices], dim=1)
-    mask = torch.cat([top_keys.values >= 0, other_keys.values >= 0, zero_keys.values >= 0], dim=1)
-    n_other_pool = (n_expressed - n_top).clamp_min(0)
-    n_zero_pool = n_genes - n_expressed
-    other_weight = n_other_pool / n_other_pool.clamp(max=n_other).clamp_min(1)
-    zero_weight = n_zero_pool / n_zero_pool.clamp(max=n_zero).clamp_min(1)
-    weights = torch.cat(
-        [torch.ones(batch, n_top, device=x.device), other_weight.expand(-1, n_other), zero_weight.expand(-1, n_zero)],
-        dim=1,
-    ).to(x.dtype)
-    return GeneCrop(genes, x.gather(1, genes) * mask, mask, weights * mask)
+    top = torch.where(expressed, x.float() + tie_break, -1.0).topk(n_top, dim=1)
+    chosen = torch.zeros_like(expressed).scatter_(1, top.indices, top.values >= 0)
+    strata = [(top.indices, top.values >= 0, torch.ones(batch, n_top, device=x.device))]
+    strata.append(_uniform_stratum(expressed & ~chosen, keys, n_other))
+    if rare_genes is None or not bool(rare_genes.any()):
+        strata.append(_uniform_stratum(~expressed, keys, n_zero))
+    else:
+        n_rare = max(1, round(n_zero * RARE_ZERO_SHARE))
+        strata.append(_uniform_stratum(~expressed & ~rare_genes, keys, n_zero - n_rare))
+        strata.append(_uniform_stratum(~expressed & rare_genes, keys, n_rare))
+    genes, mask, weights = (torch.cat(parts, dim=1) for parts in zip(*strata, strict=True))
+    return GeneCrop(genes, x.gather(1, genes) * mask, mask, weights.to(x.dtype) * mask)
+
+
+class GeneDetection(nn.Module):
+    """How many training cells have expressed each gene so far; names the rare genes for :func:`target_sample`.
+
+    The counts are buffers that are not saved with the model: a loaded model starts counting again when it
+    is trained, and until a first training batch is counted no gene is rare.
+    """
+
+    def __init__(self, n_genes: int) -> None:
+        super().__init__()
+        self.register_buffer("detected", torch.zeros(n_genes, dtype=torch.long), persistent=False)
+        self.register_buffer("n_cells", torch.zeros((), dtype=torch.long), persistent=False)
+
+    def update(self, x: torch.Tensor) -> None:
+        """Count the cells of a training batch ``x`` ``(batch, n_genes)``."""
+        self.detected += (x > 0).sum(0)
+        self.n_cells += x.shape[0]
+
+    def rare_genes(self) -> torch.Tensor | None:
+        """``(n_genes,)`` mask of genes expressed in fewer than ``RARE_GENE_DETECTION`` of the cells counted."""
+        if int(self.n_cells) == 0:
+            return None
+        return self.detected < RARE_GENE_DETECTION * self.n_cells
 
 
 def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator | None = None) -> torch.Tensor:
