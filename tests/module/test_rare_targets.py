@@ -32,11 +32,14 @@ def test_rare_zero_count_genes_get_their_share_of_the_zero_positions(counts: tor
     zero_genes, zero_mask = sample.genes[:, 32:], sample.mask[:, 32:]
     assert (sample.counts[:, 32:][zero_mask] == 0).all()
     assert (~rare[zero_genes[:, : 32 - n_rare]] | ~zero_mask[:, : 32 - n_rare]).all()
-    assert (rare[zero_genes[:, 32 - n_rare :]] | ~zero_mask[:, 32 - n_rare :]).all()
-    # Each stratum is weighted by its own pool: the cell's zero-count genes that are (not) rare.
+    assert rare[zero_genes[:, 32 - n_rare :]].all()
+    # A rare gene the cell expresses is drawn but masked.
+    assert torch.equal(zero_mask[:, 32 - n_rare :], counts.gather(1, zero_genes[:, 32 - n_rare :]) == 0)
+    # The other zero-count genes are weighted by the cell's pool of them, rare draws by the number of rare genes.
     cell_zero = counts[0] == 0
     assert sample.weights[0, 32] == pytest.approx(float((cell_zero & ~rare).sum()) / (32 - n_rare))
-    assert sample.weights[0, -1] == pytest.approx(float((cell_zero & rare).sum()) / n_rare)
+    rare_weights = sample.weights[:, 64 - n_rare :][zero_mask[:, 32 - n_rare :]]
+    assert torch.allclose(rare_weights, torch.tensor(float(rare.sum()) / n_rare))
 
 
 def test_stratified_target_sample_stays_unbiased(counts: torch.Tensor, rare: torch.Tensor) -> None:

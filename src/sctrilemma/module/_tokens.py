@@ -116,10 +116,10 @@ def target_sample(
     total every gene is a target with weight 1.
 
     ``rare_genes`` ``(n_genes,)`` marks genes expressed in fewer than 2 % of the cells (``RARE_GENE_DETECTION``).
-    When some are, the zero-count positions form two uniform strata: an eighth of them (``RARE_ZERO_SHARE``)
-    sample the cell's rare zero-count genes, the rest its other zero-count genes. A zero of a gene that other
-    cells express says more about the cell than one of a gene hardly any cell expresses, and it is now a target
-    more often; the weights keep every sum unbiased.
+    When some are, an eighth of the zero-count positions (``RARE_ZERO_SHARE``) draw rare genes uniformly with
+    replacement, masked where the cell expresses them, and the rest sample the cell's other zero-count genes. A
+    zero of a gene that other cells express says more about the cell than one of a gene hardly any cell expresses,
+    and it is now a target more often; the weights keep every sum unbiased. Only then can a gene appear twice.
     """
     batch, n_genes = x.shape
     if n_genes <= n_targets:
@@ -136,12 +136,18 @@ def target_sample(
     chosen = torch.zeros_like(expressed).scatter_(1, top.indices, top.values >= 0)
     strata = [(top.indices, top.values >= 0, torch.ones(batch, n_top, device=x.device))]
     strata.append(_uniform_stratum(expressed & ~chosen, keys, n_other))
-    if rare_genes is None or not bool(rare_genes.any()):
+    rare_index = None if rare_genes is None else rare_genes.nonzero().squeeze(1)
+    if rare_index is None or rare_index.numel() == 0:
         strata.append(_uniform_stratum(~expressed, keys, n_zero))
     else:
         n_rare = max(1, round(n_zero * RARE_ZERO_SHARE))
         strata.append(_uniform_stratum(~expressed & ~rare_genes, keys, n_zero - n_rare))
-        strata.append(_uniform_stratum(~expressed & rare_genes, keys, n_rare))
+        # Rare genes are drawn with replacement from all of them and kept where the cell has none (Hansen-Hurwitz):
+        # unbiased for the sum over the cell's rare zero-count genes without another pass over every gene.
+        draws = torch.randint(rare_index.numel(), (batch, n_rare), generator=generator, device=x.device)
+        rare = rare_index[draws]
+        weight = torch.full((batch, n_rare), rare_index.numel() / n_rare, device=x.device)
+        strata.append((rare, x.gather(1, rare) == 0, weight))
     genes, mask, weights = (torch.cat(parts, dim=1) for parts in zip(*strata, strict=True))
     return GeneCrop(genes, x.gather(1, genes) * mask, mask, weights.to(x.dtype) * mask)
 
