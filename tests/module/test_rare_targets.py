@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pytest
 import torch
 
 from sctrilemma.module import SCTrilemmaModule, target_sample
 from sctrilemma.module._tokens import RARE_GENE_DETECTION, RARE_ZERO_SHARE, GeneDetection
-
-if TYPE_CHECKING:
-    import anndata as ad
-
-
-@pytest.fixture
-def counts(small_adata: ad.AnnData) -> torch.Tensor:
-    return torch.as_tensor(small_adata.X.toarray(), dtype=torch.float32)
 
 
 @pytest.fixture

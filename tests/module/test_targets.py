@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pytest
 import torch
 
 from sctrilemma.module import SCTrilemmaModule, expressed_crop, target_sample
 from sctrilemma.module._tokens import thin_counts
-
-if TYPE_CHECKING:
-    import anndata as ad
-
-
-@pytest.fixture
-def counts(small_adata: ad.AnnData) -> torch.Tensor:
-    return torch.as_tensor(small_adata.X.toarray(), dtype=torch.float32)
 
 
 def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.Tensor) -> None:

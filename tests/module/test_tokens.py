@@ -1,21 +1,11 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pytest
 import torch
 
 from sctrilemma.module import expressed_crop, training_crop
 from sctrilemma.module._tokens import log_normalize
-
-if TYPE_CHECKING:
-    import anndata as ad
-
-
-@pytest.fixture
-def counts(small_adata: ad.AnnData) -> torch.Tensor:
-    return torch.as_tensor(small_adata.X.toarray(), dtype=torch.float32)
 
 
 def _assert_no_duplicates(genes: torch.Tensor) -> None:
