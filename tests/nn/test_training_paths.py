@@ -62,6 +62,55 @@ def test_folded_attention_drops_attention_weights_in_training(monkeypatch: pytes
     torch.testing.assert_close(attention.train()(queries, context), expected)
 
 
+def _masked_sdpa_attention(
+    attention: CrossAttention, queries: torch.Tensor, context: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    batch, n_queries, width = queries.shape
+    split = lambda t: t.view(batch, t.shape[1], attention.n_heads, -1).transpose(1, 2)
+    keys, values = attention.to_kv(context).chunk(2, dim=-1)
+    out = F.scaled_dot_product_attention(
+        split(attention.to_q(queries)), split(keys), split(values), attn_mask=mask[:, None, None, :]
+    )
+    return attention.to_out(out.transpose(1, 2).reshape(batch, n_queries, width))
+
+
+@pytest.mark.parametrize("with_scales", [False, True])
+def test_absorbed_attention_matches_sdpa_with_gradients(with_scales: bool) -> None:
+    torch.manual_seed(0)
+    attention = CrossAttention(16, n_heads=4).double().train()
+    for parameter in attention.parameters():
+        torch.nn.init.normal_(parameter, std=0.5)
+    queries = torch.randn(4, 3, 16, dtype=torch.float64, requires_grad=True)
+    context = torch.randn(4, 40, 16, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(4, 40, generator=torch.Generator().manual_seed(2)) > 0.3
+    mask[2] = False  # a cell with nothing to attend to gets zero attention, as in SDPA
+    scales = [torch.randn(16, dtype=torch.float64, requires_grad=True) for _ in range(2)] if with_scales else []
+    query_scale, context_scale = scales if with_scales else (None, None)
+    assert attention._absorbs_context(queries, context)
+    out = attention(queries, context, mask, context_scale, query_scale)
+    expected = _masked_sdpa_attention(
+        attention,
+        queries if query_scale is None else queries * query_scale,
+        context if context_scale is None else context * context_scale,
+        mask,
+    )
+    torch.testing.assert_close(out, expected)
+    inputs = [queries, context, *attention.parameters(), *scales]
+    for grad, expected_grad in zip(_gradients(out, inputs), _gradients(expected, inputs), strict=True):
+        torch.testing.assert_close(grad, expected_grad)
+
+
+def test_absorbed_attention_drops_attention_weights_in_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    attention = CrossAttention(16, n_heads=4, dropout_rate=0.5)
+    queries, context = torch.randn(2, 3, 16), torch.randn(2, 40, 16)
+    assert attention._absorbs_context(queries, context)
+    expected = attention.eval()(queries, context)
+    assert not torch.allclose(attention.train()(queries, context), expected)
+    monkeypatch.setattr("sctrilemma.nn._attention.dropout", lambda x, p, training: x)
+    torch.testing.assert_close(attention.train()(queries, context), expected)
+
+
 def _reference_block(block: CrossAttentionBlock, queries: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
     """The block written with torch.nn.RMSNorm modules and SDPA, norm weights not folded."""
     queries = queries + _sdpa_attention(block.attention, block.norm_queries(queries), block.norm_context(context))
