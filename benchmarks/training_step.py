@@ -11,8 +11,11 @@ With ``--settings`` (JSON: name -> overrides of ``PRESETS["small"]``) settings o
 one process instead, steps interleaved, the first setting as the reference, on ``--batch`` cells of ``--data``
 (a file of ``--data-dir``; default the shipped example).
 
-Usage: ``python benchmarks/training_step.py [--steps 8] [--rounds 3] [--threads N] [--baseline COMMIT] [--json
-PATH]``; ``python benchmarks/training_step.py --threads 1 --batch 64 --data kang2018_pbmc_ctrl.h5ad --settings
+``--tune-malloc`` keeps freed memory for reuse in both sides, as ``train`` does in both codes
+(``sctrilemma._allocator``); without it each step also pays the page faults of fresh activation memory.
+
+Usage: ``python benchmarks/training_step.py [--steps 8] [--rounds 3] [--threads N] [--baseline COMMIT]
+[--tune-malloc] [--json PATH]``; ``python benchmarks/training_step.py --threads 1 --batch 64 --data kang2018_pbmc_ctrl.h5ad --settings
 '{"T128": {"n_decoder_targets": 128, "ffn_multiplier": 4}, "T512": {}}'``.
 """
 
@@ -38,9 +41,12 @@ from scvi import REGISTRY_KEYS
 import sctrilemma
 from sctrilemma.model._presets import PRESETS
 from sctrilemma.module import SCTrilemmaModule
-n_steps, batch_size, threads = (int(value) for value in sys.argv[1:4])
+n_steps, batch_size, threads, tune_malloc = (int(value) for value in sys.argv[1:5])
 if threads:
     torch.set_num_threads(threads)
+if tune_malloc:
+    from sctrilemma._allocator import retain_freed_memory
+    retain_freed_memory()
 adata = sctrilemma.data.load_example()
 x = torch.as_tensor(adata.X[:batch_size].toarray(), dtype=torch.float32)
 torch.manual_seed(0)
@@ -59,15 +65,27 @@ print(json.dumps(seconds[1:]))
 """
 
 
-def subprocess_steps(src: Path, n_steps: int, batch_size: int, threads: int | None) -> list[float]:
+def subprocess_steps(
+    src: Path, n_steps: int, batch_size: int, threads: int | None, tune_malloc: bool = False
+) -> list[float]:
     """Seconds per training step of the package under ``src``, timed in a fresh interpreter."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    command = [sys.executable, "-c", STEP_TIMER, str(n_steps), str(batch_size), str(threads or 0)]
+    command = [
+        sys.executable,
+        "-c",
+        STEP_TIMER,
+        str(n_steps),
+        str(batch_size),
+        str(threads or 0),
+        str(int(tune_malloc)),
+    ]
     output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
-def compare_commits(baseline: str, n_steps: int, n_rounds: int, batch_size: int, threads: int | None) -> dict:
+def compare_commits(
+    baseline: str, n_steps: int, n_rounds: int, batch_size: int, threads: int | None, tune_malloc: bool = False
+) -> dict:
     """Median seconds per step of ``baseline``'s code and today's, alternating subprocesses round by round."""
     seconds: dict[str, list[float]] = {baseline: [], "current": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,7 +94,7 @@ def compare_commits(baseline: str, n_steps: int, n_rounds: int, batch_size: int,
         sources = {baseline: Path(tmp) / "src", "current": ROOT / "src"}
         for _ in range(n_rounds):
             for name, src in sources.items():
-                seconds[name] += subprocess_steps(src, n_steps, batch_size, threads)
+                seconds[name] += subprocess_steps(src, n_steps, batch_size, threads, tune_malloc)
     return seconds
 
 
@@ -120,16 +138,25 @@ def main() -> None:
     parser.add_argument("--data", default=None, help="with --settings: an h5ad file in --data-dir")
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--settings", default=None, help="JSON: name -> overrides of the small preset")
+    parser.add_argument(
+        "--tune-malloc",
+        action="store_true",
+        help="raise glibc's mmap/trim thresholds in both subprocesses, as `train` does in both codes",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     if args.settings is None:
-        seconds = compare_commits(args.baseline, args.steps, args.rounds, args.batch, args.threads)
+        seconds = compare_commits(args.baseline, args.steps, args.rounds, args.batch, args.threads, args.tune_malloc)
     else:
         if args.threads:
             import torch
 
             torch.set_num_threads(args.threads)
+        if args.tune_malloc:
+            from sctrilemma._allocator import retain_freed_memory
+
+            retain_freed_memory()
         seconds = compare_settings(args.settings, args.data, args.data_dir, args.batch, args.steps)
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     first = next(iter(medians))
@@ -137,6 +164,7 @@ def main() -> None:
         "seconds_per_step": medians,
         "speedup": {name: medians[first] / value for name, value in medians.items()},
         "threads": args.threads or "torch default",
+        "tune_malloc": args.tune_malloc,
         "load_average_1min": [load_before, os.getloadavg()[0]],
         "steps": args.steps,
         "batch": args.batch,
