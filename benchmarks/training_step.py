@@ -15,8 +15,8 @@ one process instead, steps interleaved, the first setting as the reference, on `
 (``sctrilemma._allocator``); without it each step also pays the page faults of fresh activation memory.
 
 Usage: ``python benchmarks/training_step.py [--steps 8] [--rounds 3] [--threads N] [--baseline COMMIT]
-[--tune-malloc] [--json PATH]``; ``python benchmarks/training_step.py --threads 1 --batch 64 --data kang2018_pbmc_ctrl.h5ad --settings
-'{"T128": {"n_decoder_targets": 128, "ffn_multiplier": 4}, "T512": {}}'``.
+[--tune-malloc] [--json PATH]``; ``python benchmarks/training_step.py --threads 1 --batch 64 --data
+kang2018_pbmc_ctrl.h5ad --settings '{"T128": {"n_decoder_targets": 128, "ffn_multiplier": 4}, "T512": {}}'``.
 """
 
 from __future__ import annotations
