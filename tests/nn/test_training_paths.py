@@ -25,11 +25,16 @@ def test_unit_rms_autograd_path_matches_composite() -> None:
     assert type(unit_rms(x).grad_fn).__name__ == "_UnitRMSBackward"  # the custom path ran
 
 
-def _sdpa_attention(attention: CrossAttention, queries: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+def _sdpa_attention(
+    attention: CrossAttention, queries: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     batch, n_queries, width = queries.shape
     split = lambda t: t.view(batch, t.shape[1], attention.n_heads, -1).transpose(1, 2)
     keys, values = attention.to_kv(context).chunk(2, dim=-1)
-    out = F.scaled_dot_product_attention(split(attention.to_q(queries)), split(keys), split(values))
+    attn_mask = None if mask is None else mask[:, None, None, :]
+    out = F.scaled_dot_product_attention(
+        split(attention.to_q(queries)), split(keys), split(values), attn_mask=attn_mask
+    )
     return attention.to_out(out.transpose(1, 2).reshape(batch, n_queries, width))
 
 
@@ -51,27 +56,20 @@ def test_folded_attention_matches_sdpa_with_gradients(with_query_scale: bool) ->
         torch.testing.assert_close(grad, expected_grad)
 
 
-def test_folded_attention_drops_attention_weights_in_training(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("n_queries", "n_context", "takes_path"), [(40, 4, "_folds_context"), (3, 40, "_absorbs_context")]
+)
+def test_cheaper_attention_drops_attention_weights_in_training(
+    monkeypatch: pytest.MonkeyPatch, n_queries: int, n_context: int, takes_path: str
+) -> None:
     torch.manual_seed(0)
     attention = CrossAttention(16, n_heads=4, dropout_rate=0.5)
-    queries, context = torch.randn(2, 40, 16), torch.randn(2, 4, 16)
-    assert attention._folds_context(queries, context)
+    queries, context = torch.randn(2, n_queries, 16), torch.randn(2, n_context, 16)
+    assert getattr(attention, takes_path)(queries, context)
     expected = attention.eval()(queries, context)
     assert not torch.allclose(attention.train()(queries, context), expected)
     monkeypatch.setattr("sctrilemma.nn._attention.dropout", lambda x, p, training: x)
     torch.testing.assert_close(attention.train()(queries, context), expected)
-
-
-def _masked_sdpa_attention(
-    attention: CrossAttention, queries: torch.Tensor, context: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
-    batch, n_queries, width = queries.shape
-    split = lambda t: t.view(batch, t.shape[1], attention.n_heads, -1).transpose(1, 2)
-    keys, values = attention.to_kv(context).chunk(2, dim=-1)
-    out = F.scaled_dot_product_attention(
-        split(attention.to_q(queries)), split(keys), split(values), attn_mask=mask[:, None, None, :]
-    )
-    return attention.to_out(out.transpose(1, 2).reshape(batch, n_queries, width))
 
 
 @pytest.mark.parametrize("with_scales", [False, True])
@@ -88,7 +86,7 @@ def test_absorbed_attention_matches_sdpa_with_gradients(with_scales: bool) -> No
     query_scale, context_scale = scales if with_scales else (None, None)
     assert attention._absorbs_context(queries, context)
     out = attention(queries, context, mask, context_scale, query_scale)
-    expected = _masked_sdpa_attention(
+    expected = _sdpa_attention(
         attention,
         queries if query_scale is None else queries * query_scale,
         context if context_scale is None else context * context_scale,
@@ -98,17 +96,6 @@ def test_absorbed_attention_matches_sdpa_with_gradients(with_scales: bool) -> No
     inputs = [queries, context, *attention.parameters(), *scales]
     for grad, expected_grad in zip(_gradients(out, inputs), _gradients(expected, inputs), strict=True):
         torch.testing.assert_close(grad, expected_grad)
-
-
-def test_absorbed_attention_drops_attention_weights_in_training(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch.manual_seed(0)
-    attention = CrossAttention(16, n_heads=4, dropout_rate=0.5)
-    queries, context = torch.randn(2, 3, 16), torch.randn(2, 40, 16)
-    assert attention._absorbs_context(queries, context)
-    expected = attention.eval()(queries, context)
-    assert not torch.allclose(attention.train()(queries, context), expected)
-    monkeypatch.setattr("sctrilemma.nn._attention.dropout", lambda x, p, training: x)
-    torch.testing.assert_close(attention.train()(queries, context), expected)
 
 
 def _reference_block(block: CrossAttentionBlock, queries: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
