@@ -9,10 +9,9 @@ from lightning.pytorch.callbacks import Callback
 
 from sctrilemma import SCTrilemma
 from sctrilemma.model import _presets
-from sctrilemma.model._presets import TRAINING_DEFAULTS, recipe_trainer_kwargs
-from sctrilemma.module import SCTrilemmaModule
+from sctrilemma.model._presets import recipe_trainer_kwargs
 from sctrilemma.train import warmup_cosine
-from sctrilemma.train._trainingplan import GENES_PER_EMBEDDING_RATE, SCTrilemmaTrainingPlan, planned_warmup
+from sctrilemma.train._trainingplan import planned_warmup
 
 
 def test_warmup_cosine_schedule():
@@ -167,24 +166,10 @@ def test_gene_embeddings_learn_at_their_own_rate(small_adata, tiny):
     # the warm-up and cosine decay scale both groups at every step
     assert len(rates.seen) == 4
     assert all(embedding_lr == pytest.approx(7.0 * lr) and lr > 0 for lr, embedding_lr in rates.seen)
-    # the small preset's "auto": one rate for the example's 2,511 genes
+    # by default (both presets) every weight trains at one rate, in one group
     model.train(max_steps=1, batch_size=32, enable_progress_bar=False)
-    plan = model.trainer.lightning_module
-    assert plan.gene_embedding_lr_scale == TRAINING_DEFAULTS["small"]["gene_embedding_lr_scale"] == "auto"
+    assert model.trainer.lightning_module.gene_embedding_lr_scale == 1.0
     assert len(model.trainer.optimizers[0].param_groups) == 1
-    assert TRAINING_DEFAULTS["paper"]["gene_embedding_lr_scale"] == 1.0
-    for wrong in (0.0, -1.0, "fast"):
-        with pytest.raises(ValueError, match="`gene_embedding_lr_scale` must be 'auto' or positive"):
+    for wrong in (0.0, -1.0, "auto", True):
+        with pytest.raises(ValueError, match="`gene_embedding_lr_scale` must be a positive number"):
             model.train(max_steps=1, enable_progress_bar=False, plan_kwargs={"gene_embedding_lr_scale": wrong})
-
-
-def test_auto_gene_embedding_rate_grows_with_the_number_of_genes(tiny):
-    """``"auto"``: one rate up to ``GENES_PER_EMBEDDING_RATE`` genes, ``(n_genes / 3000) ** 2`` times it beyond."""
-    for n_genes, expected in ((500, 1.0), (GENES_PER_EMBEDDING_RATE, 1.0), (4 * GENES_PER_EMBEDDING_RATE, 16.0)):
-        module = SCTrilemmaModule(n_genes, **tiny)
-        plan = SCTrilemmaTrainingPlan(module, lr=1e-3, gene_embedding_lr_scale="auto")
-        assert plan.embedding_lr_scale == pytest.approx(expected)
-        groups = plan.get_optimizer_creator()(module.parameters()).param_groups
-        assert [group["lr"] for group in groups] == pytest.approx(
-            [1e-3] if expected == 1.0 else [1e-3, expected * 1e-3]
-        )

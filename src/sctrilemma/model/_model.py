@@ -27,6 +27,7 @@ from sctrilemma._validation import (
 )
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
+from sctrilemma.model._gene_init import initialize_gene_embedding
 from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
 from sctrilemma.model._minify_mixin import MinifyMixin, is_minified_without_counts
 from sctrilemma.model._presets import (
@@ -179,6 +180,7 @@ class SCTrilemma(
             **module_kwargs,
         )
         self.module.minified_data_type = self.minified_data_type
+        initialize_gene_embedding(self.module, self.adata_manager)
         self._model_summary_string = (
             f"SCTrilemma (preset={preset!r}): {self.summary_stats.n_vars} genes, d={sizes['n_hidden']}, "
             f"K={sizes['n_latent_tokens']}, crop={sizes['crop_size']}, "
@@ -376,8 +378,7 @@ class SCTrilemma(
             Passed to :class:`~scvi.dataloaders.DataSplitter`. ``{"external_indexing": [train, validation, test]}``
             replaces the model's split (then ``min_expressed_genes`` is not applied).
         plan_kwargs
-            Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan` (``lr``, ``max_kl_weight``, ...).
-            Preset defaults: ``lr`` 2e-4 (paper) or 5e-3 (small), ``gene_embedding_lr_scale`` 1 or ``"auto"``.
+            Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan`; ``lr`` is 2e-4 (paper) or 5e-3 (small).
         **trainer_kwargs
             Passed to :class:`~scvi.train.Trainer` (e.g. ``strategy``, ``num_nodes``).
 

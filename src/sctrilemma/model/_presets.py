@@ -9,7 +9,7 @@ from scvi.model._utils import get_max_epochs_heuristic
 
 Preset = Literal["paper", "small"]
 
-PRESETS: dict[str, dict[str, int | float | None]] = {
+PRESETS: dict[str, dict[str, int | float | str | None]] = {
     # The paper's configuration (Appendix B, Table "Architecture settings").
     "paper": {
         "n_hidden": 512,
@@ -22,10 +22,12 @@ PRESETS: dict[str, dict[str, int | float | None]] = {
         "ffn_multiplier": 4.0,
         "n_decoder_targets": None,
         "posterior_logvar_init": 0.0,
+        "gene_embedding_init": "normal",
     },
     # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: many decoupled,
-    # weighted decoder targets with a narrow feed-forward layer, no dropout and a less noisy starting posterior
-    # (docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
+    # weighted decoder targets with a narrow feed-forward layer, no dropout, a less noisy starting posterior and, on
+    # many genes, gene embeddings that start from the data (docs/user_guide.md, "Presets"; measurements in
+    # benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
         "n_latent_tokens": 16,
@@ -37,6 +39,7 @@ PRESETS: dict[str, dict[str, int | float | None]] = {
         "ffn_multiplier": 1.0,
         "n_decoder_targets": 512,
         "posterior_logvar_init": -4.0,
+        "gene_embedding_init": "auto",
     },
 }
 
@@ -44,10 +47,9 @@ PRESETS: dict[str, dict[str, int | float | None]] = {
 # Optimisation defaults per preset; ``plan_kwargs`` override them. The paper's 2e-4 and warm-ups of 1,250 and 2,500
 # steps suit its 25,000 steps; the small preset trains for hundreds to a few thousand steps on a CPU, where a larger
 # step and short warm-ups learn far more (benchmarks/results/quality/NOTES.md).
-# "auto" scales the gene embeddings' rate with the number of genes beyond 3,000 (SCTrilemmaTrainingPlan).
 TRAINING_DEFAULTS: dict[str, dict[str, float | str]] = {
-    "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500, "gene_embedding_lr_scale": 1.0},
-    "small": {"lr": 5e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100, "gene_embedding_lr_scale": "auto"},
+    "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500},
+    "small": {"lr": 5e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100},
 }
 
 

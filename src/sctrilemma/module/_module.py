@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
 
 PriorKind = Literal["pseudobulk", "normal"]
+GeneEmbeddingInit = Literal["normal", "pca", "auto"]
+# "auto" starts the gene embeddings from the data above this many genes (benchmarks/results/quality/NOTES.md).
+PCA_INIT_MIN_GENES = 3000
 # Gene tokens (cells x positions) encoded at once in evaluation: bounds activation memory per batch.
 EVAL_TOKEN_BUDGET = 8192
 # Gene queries (cells x genes) decoded at once in evaluation; small enough that each block's
@@ -100,6 +103,10 @@ class SCTrilemmaModule(
         counts binomially thinned to a random fraction of its depth (log-uniform in
         ``[min_depth_fraction, 1]``) while the decoder still reconstructs the full counts, so the
         posterior learns to be the same at any sequencing depth. ``1`` (the paper) never thins.
+    gene_embedding_init
+        How the model starts the gene embeddings: ``"normal"`` (``N(0, 1)``, the paper), ``"pca"`` (each gene's
+        loadings on the principal components of the training data, set by the model) or ``"auto"`` (``"pca"``
+        above 3,000 genes, where each gene is sampled too rarely to learn its embedding from a random start).
 
     Notes
     -----
@@ -129,6 +136,7 @@ class SCTrilemmaModule(
         n_decoder_targets: int | None = None,
         posterior_logvar_init: float = 0.0,
         min_depth_fraction: float = 1.0,
+        gene_embedding_init: GeneEmbeddingInit = "normal",
     ) -> None:
         super().__init__()
         if prior not in ("pseudobulk", "normal"):
@@ -157,6 +165,11 @@ class SCTrilemmaModule(
         if not 0.0 < min_depth_fraction <= 1.0:
             raise ValueError(f"`min_depth_fraction` must be in (0, 1], got {min_depth_fraction}.")
         self.min_depth_fraction = min_depth_fraction
+        if gene_embedding_init not in ("normal", "pca", "auto"):
+            raise ValueError(f"`gene_embedding_init` must be 'normal', 'pca' or 'auto', got {gene_embedding_init!r}.")
+        if gene_embedding_init == "auto":
+            gene_embedding_init = "pca" if n_input > PCA_INIT_MIN_GENES else "normal"
+        self.gene_embedding_init = gene_embedding_init
         if posterior_logvar_init != 0.0:
             nn.init.constant_(self.to_logvar.bias, posterior_logvar_init)
         self.pooling = TokenPooling(n_hidden, pooling=pooling)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from lightning.pytorch.callbacks import Timer
 from scvi.train import TrainingPlan
@@ -14,14 +14,6 @@ if TYPE_CHECKING:
 
     import torch
     from scvi.module.base import BaseModuleClass
-
-
-# Up to this many genes one learning rate suits every weight of the small preset (tuned on 2,511 genes); with more,
-# each gene is a token or a target proportionally less often, and "auto" raises the gene embeddings' rate by
-# (n_genes / GENES_PER_EMBEDDING_RATE) ** EMBEDDING_RATE_EXPONENT: about 87 on 27,952 genes, where 90 beat 30 and 10 in
-# three seeds and 270 (one seed) was worse (benchmarks/results/quality/NOTES.md, "Fourth round" and "Fifth round").
-GENES_PER_EMBEDDING_RATE = 3000
-EMBEDDING_RATE_EXPONENT = 2.0
 
 
 def warmup_cosine(step: int, *, total_steps: int | float, warmup_steps: int, time_progress: float = 0.0) -> float:
@@ -65,11 +57,10 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         ``kl_warmup_fraction`` of the planned steps, at most ``max_kl_warmup_steps``. Ignored when
         ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
     gene_embedding_lr_scale
-        Learning rate of the gene embedding table as a multiple of ``lr``: ``1`` (one rate for all, the
-        paper) or ``"auto"``: ``max(1, (n_genes / 3000) ** 2)``, ``1`` up to 3,000 genes and about 87 for
-        28,000. AdamW moves a weight by about one learning rate per step, and a gene's embedding
-        only moves in the steps where that gene is one of the cell's tokens or targets, so with many genes a
-        short run learns what each gene does far more slowly than the shared weights.
+        Learning rate of the gene embedding table as a multiple of ``lr`` (``1``, one rate for all, is the
+        default of both presets). A gene's embedding only moves in the steps where that gene is one of a cell's
+        tokens or targets; on many genes the small preset starts the embeddings from the data instead
+        (``gene_embedding_init`` of :class:`~sctrilemma.module.SCTrilemmaModule`).
     **kwargs
         Passed to :class:`~scvi.train.TrainingPlan` (``lr``, ``weight_decay``, ``max_kl_weight``, ...).
     """
@@ -89,13 +80,13 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         max_lr_warmup_steps: int = 1250,
         kl_warmup_fraction: float = 0.1,
         max_kl_warmup_steps: int = 2500,
-        gene_embedding_lr_scale: float | Literal["auto"] = 1.0,
+        gene_embedding_lr_scale: float = 1.0,
         **kwargs,
     ) -> None:
-        if gene_embedding_lr_scale != "auto" and not (
+        if isinstance(gene_embedding_lr_scale, bool) or not (
             isinstance(gene_embedding_lr_scale, int | float) and gene_embedding_lr_scale > 0
         ):
-            raise ValueError(f"`gene_embedding_lr_scale` must be 'auto' or positive, got {gene_embedding_lr_scale!r}.")
+            raise ValueError(f"`gene_embedding_lr_scale` must be a positive number, got {gene_embedding_lr_scale!r}.")
         super().__init__(
             module,
             optimizer=optimizer,
@@ -111,14 +102,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         self.max_lr_warmup_steps = max_lr_warmup_steps
         self.kl_warmup_fraction = kl_warmup_fraction
         self.max_kl_warmup_steps = max_kl_warmup_steps
-        self.gene_embedding_lr_scale = gene_embedding_lr_scale
-
-    @property
-    def embedding_lr_scale(self) -> float:
-        """``gene_embedding_lr_scale`` as a number, for this module's number of genes."""
-        if self.gene_embedding_lr_scale == "auto":
-            return max(1.0, (self.module.n_input / GENES_PER_EMBEDDING_RATE) ** EMBEDDING_RATE_EXPONENT)
-        return float(self.gene_embedding_lr_scale)
+        self.gene_embedding_lr_scale = float(gene_embedding_lr_scale)
 
     def time_progress(self) -> float:
         """Fraction of the trainer's ``max_time`` budget used so far (0 without one)."""
@@ -131,7 +115,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         """scvi-tools' optimizer creator, given the gene embeddings as their own group at the scaled rate."""
         creator = super().get_optimizer_creator()
         embedding = self.module.gene_embedding.weight
-        scale = self.embedding_lr_scale
+        scale = self.gene_embedding_lr_scale
         if scale == 1.0:
             return creator
 

@@ -1,0 +1,69 @@
+"""Gene embeddings that start from the data: each gene's loadings on the principal components of its expression."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from scvi import REGISTRY_KEYS, settings
+from sklearn.decomposition import PCA
+
+from sctrilemma.metrics._fidelity import log1p_cp10k
+from sctrilemma.model._minify_mixin import holds_counts
+
+if TYPE_CHECKING:
+    from scvi.data import AnnDataManager
+
+    from sctrilemma.module import SCTrilemmaModule
+
+logger = logging.getLogger(__name__)
+
+# Cells the principal components are computed from; more only cost time.
+MAX_PCA_CELLS = 20_000
+
+
+def principal_gene_loadings(counts, n_components: int, *, max_cells: int = MAX_PCA_CELLS, seed: int = 0) -> np.ndarray:
+    """Each gene's loadings on the top principal components of log1p(CP10K), ``(n_genes, k)``.
+
+    Parameters
+    ----------
+    counts
+        Raw counts ``(n_cells, n_genes)``, dense or sparse.
+    n_components
+        Components wanted; at most ``min(n_cells, n_genes) - 1`` are returned.
+    max_cells
+        A random subset of this many cells is used when there are more.
+    seed
+        Seed of the cell subset and of ARPACK's start vector.
+
+    Returns
+    -------
+    Loadings with each component scaled to a mean square of one over the genes, the scale of ``N(0, 1)``.
+    """
+    rng = np.random.default_rng(seed)
+    n_cells, n_genes = counts.shape
+    if n_cells > max_cells:
+        counts = counts[np.sort(rng.choice(n_cells, max_cells, replace=False))]
+    n_components = min(n_components, min(counts.shape) - 1)
+    # ARPACK on sparse input centres implicitly, so the genes' mean levels are not the first component.
+    pca = PCA(n_components, svd_solver="arpack", random_state=seed).fit(log1p_cp10k(counts))
+    return (pca.components_.T * np.sqrt(n_genes)).astype(np.float32)
+
+
+def initialize_gene_embedding(module: SCTrilemmaModule, manager: AnnDataManager | None) -> None:
+    """Overwrite the first columns of ``module``'s gene embeddings with the data's principal loadings.
+
+    Only when ``module.gene_embedding_init == "pca"`` and there is registered data with counts (``manager`` is
+    ``None`` for a model built without data); columns beyond the number of components keep their ``N(0, 1)`` start.
+    """
+    if module.gene_embedding_init != "pca" or manager is None or not holds_counts(manager):
+        return
+    weight = module.gene_embedding.weight
+    loadings = principal_gene_loadings(
+        manager.get_from_registry(REGISTRY_KEYS.X_KEY), weight.shape[1], seed=settings.seed or 0
+    )
+    with torch.no_grad():
+        weight[:, : loadings.shape[1]] = torch.from_numpy(loadings).to(weight.device, weight.dtype)
+    logger.info("Gene embeddings start from %d principal components of the data.", loadings.shape[1])
