@@ -26,6 +26,7 @@ def test_loadings_are_the_principal_directions_at_unit_scale(small_adata):
     assert (centred @ loadings).var(0).sum() / n_genes > 20 * (centred @ random).var(0).sum()
     # fewer cells than components: as many components as the data has
     assert principal_gene_loadings(small_adata.X[:10], 16).shape == (n_genes, 9)
+    assert principal_gene_loadings(small_adata.X[:1], 16).shape == (n_genes, 0)
     # a subset of cells, drawn with the seed
     subset = principal_gene_loadings(small_adata.X, 4, max_cells=100, seed=1)
     np.testing.assert_array_equal(subset, principal_gene_loadings(small_adata.X, 4, max_cells=100, seed=1))
@@ -39,18 +40,24 @@ def test_auto_starts_from_the_data_only_on_many_genes(tiny):
         SCTrilemmaModule(10, gene_embedding_init="svd", **tiny)
 
 
-def test_model_starts_from_the_loadings_and_load_keeps_the_trained_weights(small_adata, tiny, tmp_path):
+def test_training_starts_from_the_loadings_and_load_keeps_the_trained_weights(small_adata, tiny, tmp_path):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     # the example has fewer than 3,000 genes, so the small preset keeps the paper's N(0, 1) start there
     assert SCTrilemma(small_adata, preset="small", **tiny).module.gene_embedding_init == "normal"
     model = SCTrilemma(small_adata, preset="small", gene_embedding_init="pca", **tiny)
-    weight = model.module.gene_embedding.weight.detach()
-    expected = principal_gene_loadings(small_adata.X, tiny["n_hidden"])
-    np.testing.assert_allclose(weight.numpy(), expected, rtol=1e-6)
     assert model.init_params_["kwargs"]["module_kwargs"]["gene_embedding_init"] == "pca"
+    random_start = model.module.gene_embedding.weight.detach().clone()
+    expected = principal_gene_loadings(small_adata.X, tiny["n_hidden"])
+    # a step at learning rate 0 leaves the weights where training started them
+    model.train(max_steps=1, batch_size=32, enable_progress_bar=False, plan_kwargs={"lr": 0.0})
+    np.testing.assert_allclose(model.module.gene_embedding.weight.detach().numpy(), expected, rtol=1e-6)
+    assert not torch.equal(random_start, torch.from_numpy(expected))
+    # a trained model keeps its embeddings when it trains again, is saved or is loaded
     model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
     trained = model.module.gene_embedding.weight.detach().clone()
     assert not torch.equal(trained, torch.from_numpy(expected))
+    model.train(max_steps=1, batch_size=32, enable_progress_bar=False, plan_kwargs={"lr": 0.0})
+    torch.testing.assert_close(model.module.gene_embedding.weight.detach(), trained, rtol=0, atol=0)
     model.save(tmp_path / "model")
     loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
     torch.testing.assert_close(loaded.module.gene_embedding.weight.detach(), trained, rtol=0, atol=0)

@@ -180,7 +180,6 @@ class SCTrilemma(
             **module_kwargs,
         )
         self.module.minified_data_type = self.minified_data_type
-        initialize_gene_embedding(self.module, self.adata_manager)
         self._model_summary_string = (
             f"SCTrilemma (preset={preset!r}): {self.summary_stats.n_vars} genes, d={sizes['n_hidden']}, "
             f"K={sizes['n_latent_tokens']}, crop={sizes['crop_size']}, "
@@ -403,6 +402,7 @@ class SCTrilemma(
         self.module.train()
         retain_freed_memory()
         self._prepare_prior(self.adata)
+        initialize_gene_embedding(self)
         datasplitter_kwargs = dict(datasplitter_kwargs or {})
         splits = datasplitter_kwargs.get("external_indexing") or self._training_split(
             train_size, validation_size, min_expressed_genes

@@ -104,9 +104,9 @@ class SCTrilemmaModule(
         ``[min_depth_fraction, 1]``) while the decoder still reconstructs the full counts, so the
         posterior learns to be the same at any sequencing depth. ``1`` (the paper) never thins.
     gene_embedding_init
-        How the model starts the gene embeddings: ``"normal"`` (``N(0, 1)``, the paper), ``"pca"`` (each gene's
-        loadings on the principal components of the training data, set by the model) or ``"auto"`` (``"pca"``
-        above 3,000 genes, where each gene is sampled too rarely to learn its embedding from a random start).
+        How the gene embeddings start: ``"normal"`` (``N(0, 1)``, the paper), ``"pca"`` (each gene's loadings on
+        the principal components of the training data, set by the model when its training starts) or ``"auto"``
+        (``"pca"`` above 3,000 genes, where each gene is sampled too rarely to learn its embedding from a random start).
 
     Notes
     -----
