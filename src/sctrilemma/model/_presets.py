@@ -47,7 +47,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
 # Optimisation defaults per preset; ``plan_kwargs`` override them. The paper's 2e-4 and warm-ups of 1,250 and 2,500
 # steps suit its 25,000 steps; the small preset trains for hundreds to a few thousand steps on a CPU, where a larger
 # step and short warm-ups learn far more (benchmarks/results/quality/NOTES.md).
-TRAINING_DEFAULTS: dict[str, dict[str, float | str]] = {
+TRAINING_DEFAULTS: dict[str, dict[str, float]] = {
     "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500},
     "small": {"lr": 5e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100},
 }
