@@ -11,7 +11,6 @@ from scvi import REGISTRY_KEYS, settings
 from sklearn.decomposition import PCA
 
 from sctrilemma.metrics._fidelity import log1p_cp10k
-from sctrilemma.model._minify_mixin import holds_counts
 
 if TYPE_CHECKING:
     from sctrilemma.model import SCTrilemma
@@ -56,16 +55,16 @@ def principal_gene_loadings(counts, n_components: int, *, max_cells: int = MAX_P
 def initialize_gene_embedding(model: SCTrilemma) -> None:
     """Start an untrained ``model``'s gene embeddings from its data's principal loadings, if its module asks for it.
 
-    Only when ``module.gene_embedding_init == "pca"``, the model has not been trained and its registered data has
-    counts (a model streamed from the Census has none in memory). Columns beyond the number of components keep their
-    ``N(0, 1)`` start.
+    Called by ``train`` on in-memory data with counts (minified data is refused before, and a model streamed from the
+    Census trains elsewhere). Only when ``module.gene_embedding_init == "pca"`` and the model has not been trained;
+    columns beyond the number of components keep their ``N(0, 1)`` start.
     """
-    module, manager = model.module, model.adata_manager
-    if module.gene_embedding_init != "pca" or model.is_trained_ or manager is None or not holds_counts(manager):
+    module = model.module
+    if module.gene_embedding_init != "pca" or model.is_trained_:
         return
     weight = module.gene_embedding.weight
     loadings = principal_gene_loadings(
-        manager.get_from_registry(REGISTRY_KEYS.X_KEY), weight.shape[1], seed=settings.seed or 0
+        model.adata_manager.get_from_registry(REGISTRY_KEYS.X_KEY), weight.shape[1], seed=settings.seed or 0
     )
     with torch.no_grad():
         weight[:, : loadings.shape[1]] = torch.from_numpy(loadings).to(weight.device, weight.dtype)
