@@ -244,7 +244,7 @@ def test_eval_encoder_matches_plain_path(
     perturb_norms_and_biases,
 ) -> None:
     """Grouping cells by length, bounded token groups and absorbed attention compute the same function."""
-    monkeypatch.setattr("sctrilemma.module._module.EVAL_TOKEN_BUDGET", budget)
+    monkeypatch.setattr("sctrilemma.module._fast_eval.EVAL_TOKEN_BUDGET", budget)
     torch.manual_seed(0)
     module = SCTrilemmaModule(small_adata.n_vars, **{**tiny, "n_heads": n_heads, "n_encoder_layers": 2}, prior="normal")
     perturb_norms_and_biases(module)
@@ -311,7 +311,7 @@ def test_eval_decoder_matches_plain_path(
     perturb_norms_and_biases,
 ) -> None:
     """Chunked evaluation with keys and values folded into the projections computes the plain decoder."""
-    monkeypatch.setattr("sctrilemma.module._module.DECODE_TOKEN_BUDGET", budget)
+    monkeypatch.setattr("sctrilemma.module._fast_eval.DECODE_TOKEN_BUDGET", budget)
     torch.manual_seed(0)
     sizes = {**tiny, "n_heads": n_heads, "n_decoder_layers": 2}
     module = SCTrilemmaModule(small_adata.n_vars, **sizes, decoder_query=decoder_query, prior="normal")

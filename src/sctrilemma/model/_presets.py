@@ -23,6 +23,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "n_decoder_targets": None,
         "posterior_logvar_init": 0.0,
         "gene_embedding_init": "normal",
+        "decoder_gene_offset": False,
     },
     # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: many decoupled,
     # weighted decoder targets with a narrow feed-forward layer, no dropout, a less noisy starting posterior and, on
@@ -40,6 +41,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "n_decoder_targets": 512,
         "posterior_logvar_init": -4.0,
         "gene_embedding_init": "auto",
+        "decoder_gene_offset": "auto",
     },
 }
 

@@ -95,7 +95,9 @@ class ReferenceMixin:
             if getattr(self, f"{name}_", None) is not None
         }
         if save_anndata and self.adata is None:
-            raise ValueError("`save_anndata=True` but the model has no AnnData; attach one or pass `save_anndata=False`.")
+            raise ValueError(
+                "`save_anndata=True` but the model has no AnnData; attach one or pass `save_anndata=False`."
+            )
         write_reference(
             dir_path,
             self.module.state_dict(),
@@ -333,7 +335,7 @@ class ReferenceMixin:
         frozen codebook, so a query adds no parameters: with the default freezing, :meth:`train` has nothing
         to train and leaves every reference weight unchanged (it logs this and returns). ``unfrozen=True``
         fine-tunes all weights on the query; ``freeze_expression=False`` fine-tunes only the gene embeddings
-        and the E-Gate (the encoder's expression input).
+        (with the decoder's gene offsets, where the model has them) and the E-Gate (the encoder's expression input).
 
         Parameters
         ----------
@@ -354,7 +356,7 @@ class ReferenceMixin:
         freeze_dropout
             Switch dropout off for query training.
         freeze_expression
-            Keep the gene embeddings and E-Gate frozen.
+            Keep the gene embeddings (and the decoder's gene offsets) and the E-Gate frozen.
         freeze_batchnorm_encoder
             Keep the posterior BatchNorm's running statistics.
         freeze_decoder_first_layer, freeze_batchnorm_decoder, freeze_classifier, transfer_batch, datamodule
@@ -402,7 +404,8 @@ def _freeze_for_query(
     module: torch.nn.Module, unfrozen: bool, freeze_expression: bool, freeze_dropout: bool, freeze_batchnorm: bool
 ) -> None:
     """scArches-style freezing of a query model's module (see :meth:`ReferenceMixin.load_query_data`)."""
-    trainable = ("",) if unfrozen else () if freeze_expression else ("gene_embedding.", "expression_gate.")
+    gene_level = ("gene_embedding.", "expression_gate.", "decoder_gene_offset.")
+    trainable = ("",) if unfrozen else () if freeze_expression else gene_level
     for name, parameter in module.named_parameters():
         parameter.requires_grad_(any(name.startswith(prefix) for prefix in trainable))
     if unfrozen:

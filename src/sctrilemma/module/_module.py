@@ -15,6 +15,7 @@ from torch.distributions import Normal
 
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma.module._analysis import AnalysisModuleMixin
+from sctrilemma.module._fast_eval import FastEvalMixin
 from sctrilemma.module._minified import MinifiedModeModuleMixin
 from sctrilemma.module._precision import EvalPrecisionMixin
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, GroupCodePriorMixin, PseudobulkPrior, gaussian_kl
@@ -30,13 +31,10 @@ from sctrilemma.module._tokens import (
 from sctrilemma.nn import (
     CrossAttentionBlock,
     ExpressionGate,
-    LongContextBlock,
     QueryRouter,
     RankSyncedBatchNorm1d,
-    ShortContextBlock,
     TokenPooling,
 )
-from sctrilemma.nn._attention import Workspace
 from sctrilemma.nn._norm import unit_rms
 
 if TYPE_CHECKING:
@@ -46,19 +44,24 @@ PriorKind = Literal["pseudobulk", "normal"]
 GeneEmbeddingInit = Literal["normal", "pca", "auto"]
 # "auto" starts the gene embeddings from the data above this many genes (benchmarks/results/quality/NOTES.md).
 PCA_INIT_MIN_GENES = 3000
-# Gene tokens (cells x positions) encoded at once in evaluation: bounds activation memory per batch.
-EVAL_TOKEN_BUDGET = 8192
-# Gene queries (cells x genes) decoded at once in evaluation; small enough that each block's
-# activations stay in cache (benchmarks/results/speed/NOTES.md).
-DECODE_TOKEN_BUDGET = 2048
 # Gene queries decoded at once in CPU training: one group's activations stay in cache from one operator to the
 # next, forward and backward (measured 12-16 % off a small-preset step;
 # benchmarks/results/quality/NOTES.md, "Third round").
 TRAINING_DECODE_BUDGET = 8192
 
 
+def _zero_offsets_if_absent(module: SCTrilemmaModule, state_dict: dict, prefix: str, *args) -> None:
+    """Let a model saved before the decoder had its own gene offsets load with zero offsets: the same function."""
+    state_dict.setdefault(f"{prefix}decoder_gene_offset.weight", torch.zeros_like(module.decoder_gene_offset.weight))
+
+
 class SCTrilemmaModule(
-    MinifiedModeModuleMixin, AnalysisModuleMixin, GroupCodePriorMixin, EvalPrecisionMixin, BaseMinifiedModeModuleClass
+    MinifiedModeModuleMixin,
+    AnalysisModuleMixin,
+    GroupCodePriorMixin,
+    FastEvalMixin,
+    EvalPrecisionMixin,
+    BaseMinifiedModeModuleClass,
 ):
     """Gene-token Perceiver VAE of :cite:p:`sctrilemma`.
 
@@ -107,6 +110,12 @@ class SCTrilemmaModule(
         How the gene embeddings start: ``"normal"`` (``N(0, 1)``, the paper), ``"pca"`` (each gene's loadings on
         the principal components of the training data, set by the model when its training starts) or ``"auto"``
         (``"pca"`` above 3,000 genes, where each gene is sampled too rarely to learn its embedding from a random start).
+    decoder_gene_offset
+        ``False`` (the paper): the decoder's gene queries read the gene embeddings the encoder reads, and both train
+        them. ``True``: the decoder reads them plus an offset per gene of its own (zero at the start), and its gradient
+        trains the offsets only, so the table the encoder reads does not learn each gene's level from the decoder,
+        which is what let a short run's encoder read sequencing depth. ``"auto"``: ``True`` where the gene
+        embeddings start at random (``gene_embedding_init`` resolves to ``"normal"``).
 
     Notes
     -----
@@ -137,6 +146,7 @@ class SCTrilemmaModule(
         posterior_logvar_init: float = 0.0,
         min_depth_fraction: float = 1.0,
         gene_embedding_init: GeneEmbeddingInit = "normal",
+        decoder_gene_offset: bool | Literal["auto"] = False,
     ) -> None:
         super().__init__()
         if prior not in ("pseudobulk", "normal"):
@@ -170,6 +180,14 @@ class SCTrilemmaModule(
         if gene_embedding_init == "auto":
             gene_embedding_init = "pca" if n_input > PCA_INIT_MIN_GENES else "normal"
         self.gene_embedding_init = gene_embedding_init
+        if decoder_gene_offset not in (True, False, "auto"):
+            raise ValueError(f"`decoder_gene_offset` must be True, False or 'auto', got {decoder_gene_offset!r}.")
+        if decoder_gene_offset == "auto":
+            decoder_gene_offset = gene_embedding_init == "normal"
+        self.decoder_gene_offset = None
+        if decoder_gene_offset:  # zero at the start, drawing no random numbers (other weights start unchanged)
+            self.decoder_gene_offset = nn.Embedding.from_pretrained(torch.zeros(n_input, n_hidden), freeze=False)
+            self.register_load_state_dict_pre_hook(_zero_offsets_if_absent)
         if posterior_logvar_init != 0.0:
             nn.init.constant_(self.to_logvar.bias, posterior_logvar_init)
         self.pooling = TokenPooling(n_hidden, pooling=pooling)
@@ -217,61 +235,6 @@ class SCTrilemmaModule(
             return latents
         for block in self.encoder:
             latents = block(latents, tokens, crop.mask)
-        return latents
-
-    def _encode_grouped(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
-        batch, width = crop.genes.shape
-        if crop.mask is None:
-            n_real = torch.full((batch,), width, device=crop.genes.device)
-        else:
-            n_real = crop.mask.sum(1)
-            # Groups are cut to their longest cell, which needs the real positions first in each row.
-            if not torch.equal(crop.mask, torch.arange(width, device=n_real.device) < n_real[:, None]):
-                n_real = torch.full_like(n_real, width)
-        order = torch.argsort(n_real, stable=True)
-        sorted_lengths = n_real[order].tolist()
-        blocks = self._long_context_blocks(torch.bfloat16 if self.uses_bf16(crop.genes.device) else torch.float32)
-        workspace = Workspace()
-        latents = torch.empty(batch, self.n_latent_tokens, self.n_hidden, device=crop.genes.device)
-        start = 0
-        while start < batch:
-            stop = start + 1
-            while stop < batch and (stop + 1 - start) * sorted_lengths[stop] <= EVAL_TOKEN_BUDGET:
-                stop += 1
-            cells, length = order[start:stop], max(1, sorted_lengths[stop - 1])
-            group = GeneCrop(
-                crop.genes[cells, :length],
-                crop.counts[cells, :length],
-                None if crop.mask is None or bool(crop.mask[cells, :length].all()) else crop.mask[cells, :length],
-            )
-            latents[cells] = self._encode_group(group, library[cells], blocks, workspace)
-            start = stop
-        return latents
-
-    def _long_context_blocks(self, dtype: torch.dtype) -> list[LongContextBlock] | None:
-        """The encoder blocks prepared as :class:`~sctrilemma.nn.LongContextBlock`, or ``None`` where that costs more."""
-        plain_flops, absorbed_flops = self.encoder[0].attention.context_flops(self.n_latent_tokens, 1)
-        shared_eps = len({block.norm_context.eps for block in self.encoder}) == 1
-        if absorbed_flops >= plain_flops or not shared_eps:
-            return None
-        return [LongContextBlock(block, dtype) for block in self.encoder]
-
-    def _encode_group(
-        self, crop: GeneCrop, library: torch.Tensor, blocks: list[LongContextBlock] | None, workspace: Workspace
-    ) -> torch.Tensor:
-        if blocks is None:
-            with self._eval_autocast(crop.genes.device):
-                return self._encode_plain(crop, library).float()
-        shape = (*crop.genes.shape, self.n_hidden)
-        weight = self.gene_embedding.weight
-        tokens = workspace.get("tokens", shape, weight.dtype, weight.device)
-        torch.index_select(weight, 0, crop.genes.reshape(-1), out=tokens.view(-1, self.n_hidden))
-        tokens = self.expression_gate(tokens, log_normalize(crop.counts, library), inplace=True)
-        context = workspace.get("context", tokens.shape, blocks[0].dtype, tokens.device)
-        unit_context = unit_rms(tokens, self.encoder[0].norm_context.eps, out=context)
-        latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
-        for block in blocks:
-            latents = block(latents, unit_context, crop.mask, workspace)
         return latents
 
     @auto_move_data
@@ -333,6 +296,12 @@ class SCTrilemmaModule(
         return Normal(mean, var.sqrt())
 
     # ------------------------------------------------------------------ decoder
+    def decoder_gene_embedding(self, genes: torch.Tensor) -> torch.Tensor:
+        """The decoder's gene embeddings for ``genes``: the shared table, or its values plus the decoder's offsets."""
+        if self.decoder_gene_offset is None:
+            return self.gene_embedding(genes)
+        return self.gene_embedding(genes).detach() + self.decoder_gene_offset(genes)
+
     def decode(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
         """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes``.
 
@@ -355,48 +324,12 @@ class SCTrilemmaModule(
 
     def _decode_group(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
         with nullcontext() if self.training else self._eval_autocast(z_tokens.device):
-            queries = self.query_router(self.gene_embedding(genes), self.query_router.modulation(pooled_sample))
+            queries = self.query_router(self.decoder_gene_embedding(genes), self.query_router.modulation(pooled_sample))
             if queries.dim() == 2:
                 queries = queries.expand(z_tokens.shape[0], -1, -1)
             for block in self.decoder:
                 queries = block(queries, z_tokens)
         return self.count_head(queries.to(self.count_head.weight.dtype))
-
-    def _decode_eval(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
-        """:meth:`decode` in evaluation: groups of cells and genes of about ``DECODE_TOKEN_BUDGET`` queries.
-
-        Genes do not attend to each other, so splitting them gives the same logits. Where it is cheaper,
-        each group's blocks run as :class:`~sctrilemma.nn.ShortContextBlock` (keys and values folded into
-        the projections); otherwise the plain blocks run.
-        """
-        batch, n_genes = z_tokens.shape[0], genes.shape[-1]
-        genes = genes.expand(batch, n_genes) if genes.dim() == 1 else genes
-        modulation = self.query_router.modulation(pooled_sample)
-        plain_flops, folded_flops = self.decoder[0].attention.short_context_flops(n_genes, z_tokens.shape[1])
-        cells_per_group = max(1, DECODE_TOKEN_BUDGET // max(1, n_genes))
-        genes_per_chunk = max(1, DECODE_TOKEN_BUDGET // cells_per_group)
-        dtype = torch.bfloat16 if self.uses_bf16(z_tokens.device) else torch.float32
-        logits = torch.empty(batch, n_genes, 2, device=z_tokens.device)
-        folded = folded_flops < plain_flops
-        blocks = [ShortContextBlock(block, dtype) for block in self.decoder] if folded else []
-        workspace = Workspace()
-        for start in range(0, batch, cells_per_group):
-            cells = slice(start, start + cells_per_group)
-            for block in blocks:
-                block.set_context(z_tokens[cells])
-            for gene_start in range(0, n_genes, genes_per_chunk):
-                chunk = slice(gene_start, gene_start + genes_per_chunk)
-                if not folded:
-                    logits[cells, chunk] = self._decode_plain(
-                        z_tokens[cells], pooled_sample[cells], genes[cells, chunk]
-                    )
-                    continue
-                gene_modulation = None if modulation is None else modulation[cells]
-                queries = self.query_router(self.gene_embedding(genes[cells, chunk]), gene_modulation).float()
-                for block in blocks:
-                    queries = block(queries, workspace)
-                logits[cells, chunk] = self.count_head(queries)
-        return logits
 
     def _get_generative_input(self, tensors: dict[str, torch.Tensor], inference_outputs: dict) -> dict:
         target = inference_outputs[KEYS.CROP_KEY]

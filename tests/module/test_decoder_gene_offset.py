@@ -1,0 +1,113 @@
+"""The decoder's own gene offsets (``decoder_gene_offset``): what trains what, the start, old models, evaluation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+import torch
+
+from sctrilemma.module import SCTrilemmaModule
+
+if TYPE_CHECKING:
+    import anndata as ad
+
+
+def _module(adata: ad.AnnData, tiny: dict, seed: int = 0, **kwargs) -> SCTrilemmaModule:
+    torch.manual_seed(seed)
+    sizes = {**tiny, "crop_size": 64, "n_decoder_targets": 128}
+    return SCTrilemmaModule(adata.n_vars, **sizes, prior="normal", **kwargs)
+
+
+def _gradient_rows(module: SCTrilemmaModule, x: torch.Tensor) -> dict[str, set[int]]:
+    """Rows of the gene tables with a gradient after one training loss, and the genes the encoder read."""
+    torch.manual_seed(1)
+    inference, _, loss_output = module.forward({"X": x})
+    loss_output.loss.backward()
+    rows = {"encoder_genes": set(inference["crop"].genes[inference["crop"].mask].tolist())}
+    for name in ("gene_embedding", "decoder_gene_offset"):
+        table = getattr(module, name)
+        grad = None if table is None else table.weight.grad
+        rows[name] = set() if grad is None else set(torch.nonzero(grad.abs().sum(1)).ravel().tolist())
+    return rows
+
+
+def test_offsets_keep_the_decoders_gradient_out_of_the_shared_table(small_adata: ad.AnnData, tiny: dict) -> None:
+    """With offsets only the encoder trains the shared table; the decoder trains its offsets (targets beyond the crop)."""
+    x = torch.as_tensor(small_adata.X[:16].toarray(), dtype=torch.float32)
+    shared = _gradient_rows(_module(small_adata, tiny, decoder_gene_offset=False).train(), x)
+    own = _gradient_rows(_module(small_adata, tiny, decoder_gene_offset=True).train(), x)
+    assert shared["decoder_gene_offset"] == set()
+    assert shared["gene_embedding"] - shared["encoder_genes"], "without offsets the decoder trains the shared table"
+    assert own["gene_embedding"] <= own["encoder_genes"]
+    assert len(own["gene_embedding"]) > 0.5 * len(own["encoder_genes"])
+    assert own["decoder_gene_offset"] - own["encoder_genes"], "the decoder's targets beyond the crop train offsets"
+
+
+def test_offsets_start_at_zero_and_change_no_other_start(small_adata: ad.AnnData, tiny: dict) -> None:
+    """Adding the offsets draws no random number and leaves the model's function at the start unchanged."""
+    without = _module(small_adata, tiny, decoder_gene_offset=False).eval()
+    with_offsets = _module(small_adata, tiny, decoder_gene_offset=True).eval()
+    offsets = with_offsets.state_dict().pop("decoder_gene_offset.weight")
+    assert torch.count_nonzero(offsets) == 0
+    shared = without.state_dict()
+    assert set(with_offsets.state_dict()) - set(shared) == {"decoder_gene_offset.weight"}
+    for name, value in shared.items():
+        torch.testing.assert_close(with_offsets.state_dict()[name], value, rtol=0, atol=0)
+    x = torch.as_tensor(small_adata.X[:8].toarray(), dtype=torch.float32)
+    with torch.no_grad():
+        out = without.inference(x)
+        genes = torch.arange(200)
+        torch.testing.assert_close(
+            with_offsets.decode(out["z_tokens"], out["z"], genes), without.decode(out["z_tokens"], out["z"], genes)
+        )
+
+
+@pytest.mark.parametrize(("init", "expected"), [("normal", True), ("pca", False)])
+def test_auto_follows_the_gene_embeddings_start(small_adata: ad.AnnData, tiny: dict, init: str, expected: bool) -> None:
+    module = _module(small_adata, tiny, decoder_gene_offset="auto", gene_embedding_init=init)
+    assert (module.decoder_gene_offset is not None) == expected
+
+
+@pytest.mark.parametrize("value", ["yes", None, 1.5])
+def test_invalid_value_raises(small_adata: ad.AnnData, tiny: dict, value) -> None:
+    with pytest.raises(ValueError, match="decoder_gene_offset"):
+        _module(small_adata, tiny, decoder_gene_offset=value)
+
+
+def test_a_model_saved_without_offsets_loads_with_zero_offsets(small_adata: ad.AnnData, tiny: dict) -> None:
+    """An older model's state loads strictly, computes the same function, and saved offsets are kept on load."""
+    old = _module(small_adata, tiny, seed=3, decoder_gene_offset=False).eval()
+    new = _module(small_adata, tiny, seed=4, decoder_gene_offset=True).eval()
+    with torch.no_grad():
+        new.decoder_gene_offset.weight.normal_()
+    trained_offsets = new.state_dict()["decoder_gene_offset.weight"].clone()
+    new.load_state_dict(old.state_dict())
+    assert torch.count_nonzero(new.decoder_gene_offset.weight) == 0
+    x = torch.as_tensor(small_adata.X[:8].toarray(), dtype=torch.float32)
+    with torch.no_grad():
+        out = old.inference(x)
+        genes = torch.arange(150)
+        torch.testing.assert_close(
+            new.decode(out["z_tokens"], out["z"], genes), old.decode(out["z_tokens"], out["z"], genes)
+        )
+    state = new.state_dict()
+    state["decoder_gene_offset.weight"] = trained_offsets
+    new.load_state_dict(state)
+    torch.testing.assert_close(new.decoder_gene_offset.weight, trained_offsets, rtol=0, atol=0)
+
+
+def test_fast_evaluation_decoder_reads_the_offsets(small_adata: ad.AnnData, tiny: dict) -> None:
+    """The evaluation decoder's fast path computes the plain decoder with non-zero offsets, which change it."""
+    module = _module(small_adata, tiny, decoder_gene_offset=True).eval()
+    module.precision = "fp32"
+    x = torch.as_tensor(small_adata.X[:8].toarray(), dtype=torch.float32)
+    genes = torch.arange(300)
+    with torch.no_grad():
+        out = module.inference(x)
+        before = module.decode(out["z_tokens"], out["z"], genes)
+        module.decoder_gene_offset.weight.normal_()
+        fast = module.decode(out["z_tokens"], out["z"], genes)
+        plain = module._decode_plain(out["z_tokens"], out["z"], genes)
+    assert (fast - before).abs().max() > 0.1
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
