@@ -51,7 +51,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
 # step and short warm-ups learn far more (benchmarks/results/quality/NOTES.md).
 TRAINING_DEFAULTS: dict[str, dict[str, float]] = {
     "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500},
-    "small": {"lr": 5e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100},
+    "small": {"lr": 5e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100, "decoder_gene_offset_lr_scale": 2.0},
 }
 
 

@@ -61,6 +61,9 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         default of both presets). A gene's embedding only moves in the steps where that gene is one of a cell's
         tokens or targets; on many genes the small preset starts the embeddings from the data instead
         (``gene_embedding_init`` of :class:`~sctrilemma.module.SCTrilemmaModule`).
+    decoder_gene_offset_lr_scale
+        Learning rate of the decoder's gene offsets (``decoder_gene_offset`` of the module), as a multiple of ``lr``;
+        ignored by a module without them. The small preset's default is 2 (``TRAINING_DEFAULTS``).
     **kwargs
         Passed to :class:`~scvi.train.TrainingPlan` (``lr``, ``weight_decay``, ``max_kl_weight``, ...).
     """
@@ -81,12 +84,15 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         kl_warmup_fraction: float = 0.1,
         max_kl_warmup_steps: int = 2500,
         gene_embedding_lr_scale: float = 1.0,
+        decoder_gene_offset_lr_scale: float = 1.0,
         **kwargs,
     ) -> None:
-        if isinstance(gene_embedding_lr_scale, bool) or not (
-            isinstance(gene_embedding_lr_scale, int | float) and gene_embedding_lr_scale > 0
-        ):
-            raise ValueError(f"`gene_embedding_lr_scale` must be a positive number, got {gene_embedding_lr_scale!r}.")
+        for name, scale in {
+            "gene_embedding_lr_scale": gene_embedding_lr_scale,
+            "decoder_gene_offset_lr_scale": decoder_gene_offset_lr_scale,
+        }.items():
+            if isinstance(scale, bool) or not (isinstance(scale, int | float) and scale > 0):
+                raise ValueError(f"`{name}` must be a positive number, got {scale!r}.")
         super().__init__(
             module,
             optimizer=optimizer,
@@ -103,6 +109,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         self.kl_warmup_fraction = kl_warmup_fraction
         self.max_kl_warmup_steps = max_kl_warmup_steps
         self.gene_embedding_lr_scale = float(gene_embedding_lr_scale)
+        self.decoder_gene_offset_lr_scale = float(decoder_gene_offset_lr_scale)
 
     def time_progress(self) -> float:
         """Fraction of the trainer's ``max_time`` budget used so far (0 without one)."""
@@ -112,22 +119,23 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         return 0.0
 
     def get_optimizer_creator(self) -> Callable:
-        """scvi-tools' optimizer creator, given the gene embeddings as their own group at the scaled rate."""
+        """scvi-tools' optimizer creator, given the gene tables with a scaled rate as their own groups."""
         creator = super().get_optimizer_creator()
-        embedding = self.module.gene_embedding.weight
-        scale = self.gene_embedding_lr_scale
-        if scale == 1.0:
+        offset = self.module.decoder_gene_offset
+        scales = {self.module.gene_embedding.weight: self.gene_embedding_lr_scale}
+        if offset is not None:
+            scales[offset.weight] = self.decoder_gene_offset_lr_scale
+        scales = {weight: scale for weight, scale in scales.items() if scale != 1.0}
+        if not scales:
             return creator
 
-        def with_embedding_group(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        def with_scaled_groups(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
             params = list(params)
-            others = [p for p in params if p is not embedding]
-            groups = [{"params": others}]
-            if len(others) < len(params):
-                groups.append({"params": [embedding], "lr": self.lr * scale})
+            groups = [{"params": [p for p in params if p not in scales]}]
+            groups += [{"params": [p], "lr": self.lr * scales[p]} for p in params if p in scales]
             return creator(groups)
 
-        return with_embedding_group
+        return with_scaled_groups
 
     def configure_optimizers(self) -> dict:
         """AdamW with a per-step warm-up + cosine schedule, sized from the trainer's step and time budgets."""
