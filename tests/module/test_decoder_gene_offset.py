@@ -32,9 +32,21 @@ def _gradient_rows(module: SCTrilemmaModule, x: torch.Tensor) -> dict[str, set[i
     return rows
 
 
-def test_offsets_keep_the_decoders_gradient_out_of_the_shared_table(small_adata: ad.AnnData, tiny: dict) -> None:
+def _assert_decodes_alike(reference: SCTrilemmaModule, other: SCTrilemmaModule, x: torch.Tensor, n_genes: int) -> None:
+    """``other`` decodes ``reference``'s latent tokens of the cells ``x`` to the same logits as ``reference``."""
+    with torch.no_grad():
+        out = reference.inference(x)
+        genes = torch.arange(n_genes)
+        torch.testing.assert_close(
+            other.decode(out["z_tokens"], out["z"], genes), reference.decode(out["z_tokens"], out["z"], genes)
+        )
+
+
+def test_offsets_keep_the_decoders_gradient_out_of_the_shared_table(
+    small_adata: ad.AnnData, counts: torch.Tensor, tiny: dict
+) -> None:
     """With offsets only the encoder trains the shared table; the decoder trains its offsets (targets beyond the crop)."""
-    x = torch.as_tensor(small_adata.X[:16].toarray(), dtype=torch.float32)
+    x = counts[:16]
     shared = _gradient_rows(_module(small_adata, tiny, decoder_gene_offset=False).train(), x)
     own = _gradient_rows(_module(small_adata, tiny, decoder_gene_offset=True).train(), x)
     assert shared["decoder_gene_offset"] == set()
@@ -44,7 +56,9 @@ def test_offsets_keep_the_decoders_gradient_out_of_the_shared_table(small_adata:
     assert own["decoder_gene_offset"] - own["encoder_genes"], "the decoder's targets beyond the crop train offsets"
 
 
-def test_offsets_start_at_zero_and_change_no_other_start(small_adata: ad.AnnData, tiny: dict) -> None:
+def test_offsets_start_at_zero_and_change_no_other_start(
+    small_adata: ad.AnnData, counts: torch.Tensor, tiny: dict
+) -> None:
     """Adding the offsets draws no random number and leaves the model's function at the start unchanged."""
     without = _module(small_adata, tiny, decoder_gene_offset=False).eval()
     with_offsets = _module(small_adata, tiny, decoder_gene_offset=True).eval()
@@ -54,13 +68,7 @@ def test_offsets_start_at_zero_and_change_no_other_start(small_adata: ad.AnnData
     assert set(with_offsets.state_dict()) - set(shared) == {"decoder_gene_offset.weight"}
     for name, value in shared.items():
         torch.testing.assert_close(with_offsets.state_dict()[name], value, rtol=0, atol=0)
-    x = torch.as_tensor(small_adata.X[:8].toarray(), dtype=torch.float32)
-    with torch.no_grad():
-        out = without.inference(x)
-        genes = torch.arange(200)
-        torch.testing.assert_close(
-            with_offsets.decode(out["z_tokens"], out["z"], genes), without.decode(out["z_tokens"], out["z"], genes)
-        )
+    _assert_decodes_alike(without, with_offsets, counts[:8], n_genes=200)
 
 
 @pytest.mark.parametrize(("init", "expected"), [("normal", True), ("pca", False)])
@@ -75,7 +83,9 @@ def test_invalid_value_raises(small_adata: ad.AnnData, tiny: dict, value) -> Non
         _module(small_adata, tiny, decoder_gene_offset=value)
 
 
-def test_a_model_saved_without_offsets_loads_with_zero_offsets(small_adata: ad.AnnData, tiny: dict) -> None:
+def test_a_model_saved_without_offsets_loads_with_zero_offsets(
+    small_adata: ad.AnnData, counts: torch.Tensor, tiny: dict
+) -> None:
     """An older model's state loads strictly, computes the same function, and saved offsets are kept on load."""
     old = _module(small_adata, tiny, seed=3, decoder_gene_offset=False).eval()
     new = _module(small_adata, tiny, seed=4, decoder_gene_offset=True).eval()
@@ -84,24 +94,18 @@ def test_a_model_saved_without_offsets_loads_with_zero_offsets(small_adata: ad.A
     trained_offsets = new.state_dict()["decoder_gene_offset.weight"].clone()
     new.load_state_dict(old.state_dict())
     assert torch.count_nonzero(new.decoder_gene_offset.weight) == 0
-    x = torch.as_tensor(small_adata.X[:8].toarray(), dtype=torch.float32)
-    with torch.no_grad():
-        out = old.inference(x)
-        genes = torch.arange(150)
-        torch.testing.assert_close(
-            new.decode(out["z_tokens"], out["z"], genes), old.decode(out["z_tokens"], out["z"], genes)
-        )
+    _assert_decodes_alike(old, new, counts[:8], n_genes=150)
     state = new.state_dict()
     state["decoder_gene_offset.weight"] = trained_offsets
     new.load_state_dict(state)
     torch.testing.assert_close(new.decoder_gene_offset.weight, trained_offsets, rtol=0, atol=0)
 
 
-def test_fast_evaluation_decoder_reads_the_offsets(small_adata: ad.AnnData, tiny: dict) -> None:
+def test_fast_evaluation_decoder_reads_the_offsets(small_adata: ad.AnnData, counts: torch.Tensor, tiny: dict) -> None:
     """The evaluation decoder's fast path computes the plain decoder with non-zero offsets, which change it."""
     module = _module(small_adata, tiny, decoder_gene_offset=True).eval()
     module.precision = "fp32"
-    x = torch.as_tensor(small_adata.X[:8].toarray(), dtype=torch.float32)
+    x = counts[:8]
     genes = torch.arange(300)
     with torch.no_grad():
         out = module.inference(x)
