@@ -27,8 +27,8 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
     },
     # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: many decoupled,
     # weighted decoder targets with a narrow feed-forward layer, no dropout, a less noisy starting posterior and, on
-    # many genes, gene embeddings that start from the data (docs/user_guide.md, "Presets"; measurements in
-    # benchmarks/results/quality/NOTES.md).
+    # many genes, gene embeddings that start from the data, on fewer the decoder's own gene offsets
+    # (docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
         "n_latent_tokens": 16,
@@ -48,7 +48,8 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
 
 # Optimisation defaults per preset; ``plan_kwargs`` override them. The paper's 2e-4 and warm-ups of 1,250 and 2,500
 # steps suit its 25,000 steps; the small preset trains for hundreds to a few thousand steps on a CPU, where a larger
-# step and short warm-ups learn far more (benchmarks/results/quality/NOTES.md).
+# step and short warm-ups learn far more, and the decoder's gene offsets learn at twice the rate
+# (benchmarks/results/quality/NOTES.md).
 TRAINING_DEFAULTS: dict[str, dict[str, float]] = {
     "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500},
     "small": {"lr": 5e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100, "decoder_gene_offset_lr_scale": 2.0},
