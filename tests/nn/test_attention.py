@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from sctrilemma.nn import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock, SwiGLU
-from sctrilemma.nn._attention import Workspace, gated_silu
+from sctrilemma.nn._attention import Workspace
+from sctrilemma.nn._feedforward import gated_silu
 from sctrilemma.nn._norm import unit_rms
 
 N_HIDDEN, N_HEADS = 32, 4

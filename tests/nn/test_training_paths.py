@@ -118,3 +118,28 @@ def test_block_with_folded_norm_weights_matches_reference(n_queries: int, n_cont
     torch.testing.assert_close(out, expected)
     for grad, expected_grad in zip(_gradients(out, inputs), _gradients(expected, inputs), strict=True):
         torch.testing.assert_close(grad, expected_grad)
+
+
+@pytest.mark.parametrize("dropout_rate", [0.0, 0.3])
+def test_block_readout_folded_into_the_feed_forward_layer(dropout_rate: float, perturb_norms_and_biases) -> None:
+    """A read-out folded into the last projection gives the read-out of the block's output, values and gradients."""
+    torch.manual_seed(0)
+    block = perturb_norms_and_biases(CrossAttentionBlock(16, n_heads=4, dropout_rate=dropout_rate).double().train())
+    readout = perturb_norms_and_biases(torch.nn.Linear(16, 2).double())
+    queries = torch.randn(3, 40, 16, dtype=torch.float64, requires_grad=True)
+    context = torch.randn(3, 4, 16, dtype=torch.float64, requires_grad=True)
+    inputs = [queries, context, *block.parameters(), *readout.parameters()]
+    calls = []
+    hook = block.ffn.proj_out.register_forward_hook(lambda *args: calls.append(1))
+    torch.manual_seed(5)  # the same dropout masks for both
+    out = block(queries, context, readout=readout)
+    hook.remove()
+    assert len(calls) == (dropout_rate > 0.0)  # folded unless dropout acts on the layer's output
+    torch.manual_seed(5)
+    expected = readout(block(queries, context))
+    assert out.shape == (3, 40, 2)
+    torch.testing.assert_close(out, expected)
+    for grad, expected_grad in zip(_gradients(out, inputs), _gradients(expected, inputs), strict=True):
+        torch.testing.assert_close(grad, expected_grad)
+    if dropout_rate > 0.0:  # the masks matter: a different draw gives a different output
+        assert not torch.allclose(block(queries, context, readout=readout), out)

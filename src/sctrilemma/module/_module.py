@@ -327,8 +327,11 @@ class SCTrilemmaModule(
             queries = self.query_router(self.decoder_gene_embedding(genes), self.query_router.modulation(pooled_sample))
             if queries.dim() == 2:
                 queries = queries.expand(z_tokens.shape[0], -1, -1)
-            for block in self.decoder:
+            for block in self.decoder[:-1]:
                 queries = block(queries, z_tokens)
+            if self.training:  # the count head folded into the last block (the same function, cheaper)
+                return self.decoder[-1](queries, z_tokens, readout=self.count_head)
+            queries = self.decoder[-1](queries, z_tokens)
         return self.count_head(queries.to(self.count_head.weight.dtype))
 
     def _get_generative_input(self, tensors: dict[str, torch.Tensor], inference_outputs: dict) -> dict:

@@ -1,6 +1,7 @@
-from ._attention import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock, SwiGLU
+from ._attention import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock
 from ._batchnorm import RankSyncedBatchNorm1d
 from ._dropout import Dropout, dropout
+from ._feedforward import SwiGLU
 from ._gates import ExpressionGate, QueryRouter, TokenPooling
 
 __all__ = [

@@ -12,60 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sctrilemma.nn._dropout import Dropout, dropout
+from sctrilemma.nn._dropout import dropout
+from sctrilemma.nn._feedforward import SwiGLU
 from sctrilemma.nn._norm import unit_rms
-
-
-class _GatedSiLU(torch.autograd.Function):
-    """``silu(gate) * value`` of ``hidden = [gate, value]``, saving only ``hidden`` for the backward pass.
-
-    The backward pass writes both halves of the gradient into one tensor, where autograd would keep
-    ``silu(gate)`` and concatenate the two half gradients (a pass over twice the hidden width).
-    """
-
-    @staticmethod
-    def forward(ctx, hidden: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(hidden)
-        gate, value = hidden.chunk(2, dim=-1)
-        return F.silu(gate) * value
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        (hidden,) = ctx.saved_tensors
-        gate, value = hidden.chunk(2, dim=-1)
-        grad_hidden = torch.empty_like(hidden)
-        grad_gate, grad_value = grad_hidden.chunk(2, dim=-1)
-        torch.ops.aten.silu_backward.grad_input(grad * value, gate, grad_input=grad_gate)
-        torch.mul(grad, F.silu(gate), out=grad_value)
-        return grad_hidden
-
-
-def gated_silu(hidden: torch.Tensor) -> torch.Tensor:
-    """``silu(gate) * value`` for ``hidden = [gate, value]`` split in halves along the last axis."""
-    return _GatedSiLU.apply(hidden)
-
-
-class SwiGLU(nn.Module):
-    """SwiGLU feed-forward layer :cite:p:`shazeer2020glu`: ``dropout(W2 dropout(silu(W1 x) * W3 x))``.
-
-    ``W1`` (gate) and ``W3`` (value) are fused into one projection of width ``2 * n_ffn``, gate half
-    first. Dropout acts on the hidden layer and on the output, as in the authors' configuration.
-    """
-
-    def __init__(self, n_hidden: int, *, n_ffn: int, dropout_rate: float = 0.0) -> None:
-        super().__init__()
-        self.proj_in = nn.Linear(n_hidden, 2 * n_ffn)
-        self.proj_out = nn.Linear(n_ffn, n_hidden)
-        self.dropout = Dropout(dropout_rate)
-
-    def forward(self, x: torch.Tensor, input_scale: torch.Tensor | None = None) -> torch.Tensor:
-        """Apply the layer to ``x`` of shape ``(..., n_hidden)``, times ``input_scale`` ``(n_hidden,)`` if given.
-
-        ``input_scale`` (a preceding RMSNorm's weight) is folded into the first projection's weight.
-        """
-        weight = self.proj_in.weight if input_scale is None else self.proj_in.weight * input_scale
-        hidden = gated_silu(F.linear(x, weight, self.proj_in.bias))
-        return self.dropout(self.proj_out(self.dropout(hidden)))
 
 
 class Workspace:
@@ -303,12 +252,14 @@ class CrossAttentionBlock(nn.Module):
         context_mask: torch.Tensor | None = None,
         *,
         unit_context: bool = False,
+        readout: nn.Linear | None = None,
     ) -> torch.Tensor:
         """Update ``queries`` ``(batch, n_queries, n_hidden)`` from ``context`` ``(batch, n_context, n_hidden)``.
 
         With ``unit_context=True``, ``context`` is already ``unit_rms``-normalised (with this block's
         ``eps``): the context norm's weight is then folded into the key/value projection, so blocks sharing
-        one long context normalise it once (the encoder in training).
+        one long context normalise it once (the encoder in training). With ``readout``, the block returns
+        ``readout(updated queries)``, computed by :meth:`~sctrilemma.nn.SwiGLU.read_out` (the decoder's count head).
         """
         # The query and feed-forward norms' weights are folded into the projections that follow them.
         unit_queries = unit_rms(queries, self.norm_queries.eps)
@@ -318,7 +269,10 @@ class CrossAttentionBlock(nn.Module):
         else:
             attended = self.attention(unit_queries, self.norm_context(context), context_mask, None, query_scale)
         queries = queries + attended
-        return queries + self.ffn(unit_rms(queries, self.norm_ffn.eps), self.norm_ffn.weight)
+        unit_queries = unit_rms(queries, self.norm_ffn.eps)
+        if readout is not None:
+            return self.ffn.read_out(queries, unit_queries, readout, self.norm_ffn.weight)
+        return queries + self.ffn(unit_queries, self.norm_ffn.weight)
 
 
 class _FoldedFeedForward:
