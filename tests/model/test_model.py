@@ -118,6 +118,8 @@ def test_presets_and_overrides(small_adata):
     # the small preset's short-run recipe, each setting overridable
     assert (small.module.n_decoder_targets, small.module.crop_size) == (512, 256)
     assert small.module.decoder[0].ffn.proj_out.in_features == 64  # feed-forward width 1 x d
+    assert {block.attention.n_heads for block in [*small.module.encoder, *small.module.decoder]} == {1}
+    assert {block.attention.n_heads for block in [*paper.module.encoder, *paper.module.decoder]} == {8}
     assert small.module.encoder[0].attention.dropout_rate == 0.0
     assert torch.all(small.module.to_logvar.bias == -4.0)
     tuned = SCTrilemma(small_adata, preset="small", n_decoder_targets=64, posterior_logvar_init=-2.0)

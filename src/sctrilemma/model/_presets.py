@@ -25,9 +25,10 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "gene_embedding_init": "normal",
         "decoder_gene_offset": False,
     },
-    # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: many decoupled,
-    # weighted decoder targets with a narrow feed-forward layer, no dropout, a less noisy starting posterior and, on
-    # many genes, gene embeddings that start from the data, on fewer the decoder's own gene offsets
+    # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: one attention head
+    # (the attention's cost grows with the heads), many decoupled, weighted decoder targets with a narrow
+    # feed-forward layer, no dropout, a less noisy starting posterior and, on many genes, gene embeddings that start
+    # from the data, on fewer the decoder's own gene offsets
     # (docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
@@ -35,7 +36,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "crop_size": 256,
         "n_encoder_layers": 2,
         "n_decoder_layers": 1,
-        "n_heads": 4,
+        "n_heads": 1,
         "dropout_rate": 0.0,
         "ffn_multiplier": 1.0,
         "n_decoder_targets": 512,
