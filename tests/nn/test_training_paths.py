@@ -120,12 +120,14 @@ def test_block_with_folded_norm_weights_matches_reference(n_queries: int, n_cont
         torch.testing.assert_close(grad, expected_grad)
 
 
-@pytest.mark.parametrize("dropout_rate", [0.0, 0.3])
-def test_block_readout_folded_into_the_feed_forward_layer(dropout_rate: float, perturb_norms_and_biases) -> None:
+@pytest.mark.parametrize(("dropout_rate", "readout_bias"), [(0.0, True), (0.0, False), (0.3, True)])
+def test_block_readout_folded_into_the_feed_forward_layer(
+    dropout_rate: float, readout_bias: bool, perturb_norms_and_biases
+) -> None:
     """A read-out folded into the last projection gives the read-out of the block's output, values and gradients."""
     torch.manual_seed(0)
     block = perturb_norms_and_biases(CrossAttentionBlock(16, n_heads=4, dropout_rate=dropout_rate).double().train())
-    readout = perturb_norms_and_biases(torch.nn.Linear(16, 2).double())
+    readout = perturb_norms_and_biases(torch.nn.Linear(16, 2, bias=readout_bias).double())
     queries = torch.randn(3, 40, 16, dtype=torch.float64, requires_grad=True)
     context = torch.randn(3, 4, 16, dtype=torch.float64, requires_grad=True)
     inputs = [queries, context, *block.parameters(), *readout.parameters()]

@@ -70,7 +70,8 @@ class SwiGLU(nn.Module):
         if self.training and self.dropout.p > 0.0:
             return readout(residual + self(x, input_scale))
         weight = readout.weight @ self.proj_out.weight
-        bias = readout.weight @ self.proj_out.bias + readout.bias
+        bias = readout.weight @ self.proj_out.bias
+        bias = bias if readout.bias is None else bias + readout.bias
         return F.linear(residual, readout.weight) + F.linear(self._hidden(x, input_scale), weight, bias)
 
     def _hidden(self, x: torch.Tensor, input_scale: torch.Tensor | None) -> torch.Tensor:
