@@ -101,7 +101,7 @@ def test_help_lists_every_command_with_defaults(capsys):
         ],
         "embed": ["(default: scvi.settings.batch_size, 128)"],
         "score": ["(default: 20)", "(default: 42)"],
-        "example": ["(default: outputs)", "(default: 30)", "(default: 0)"],
+        "example": ["(default: outputs)", "(default: 20)", "(default: 0)"],
     }
     for command, snippets in expected.items():
         with pytest.raises(SystemExit, match="0"):

@@ -324,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     example = command("example", "train on the shipped example data; write embeddings and a UMAP")
     example.add_argument("--out", default="outputs", help="output directory")
-    example.add_argument("--max-epochs", type=_positive_int, default=30, help="training epochs")
+    example.add_argument("--max-epochs", type=_positive_int, default=20, help="training epochs")
     example.add_argument("--seed", type=int, default=0, help="random seed")
     example.set_defaults(func=_example)
     return parser
