@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import mudata as md
 import numpy as np
-import torch
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+import torch
 
 from sctrilemma import SCTrilemma
 from sctrilemma.model._presets import PRESETS
@@ -122,6 +122,7 @@ def test_presets_and_overrides(small_adata):
     assert {block.attention.n_heads for block in [*paper.module.encoder, *paper.module.decoder]} == {8}
     assert small.module.encoder[0].attention.dropout_rate == 0.0
     assert torch.all(small.module.to_logvar.bias == -4.0)
+    assert (small.module.min_depth_fraction, paper.module.min_depth_fraction) == (0.4, 1.0)  # thinning: small only
     tuned = SCTrilemma(small_adata, preset="small", n_decoder_targets=64, posterior_logvar_init=-2.0)
     assert tuned.module.n_decoder_targets == 64
     assert torch.all(tuned.module.to_logvar.bias == -2.0)

@@ -12,7 +12,9 @@ from sctrilemma.module._tokens import thin_counts
 
 def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.Tensor) -> None:
     sample = target_sample(counts, 64, generator=torch.Generator().manual_seed(0))
-    assert sample.genes.shape == sample.counts.shape == sample.mask.shape == sample.weights.shape == (counts.shape[0], 64)
+    assert (
+        sample.genes.shape == sample.counts.shape == sample.mask.shape == sample.weights.shape == (counts.shape[0], 64)
+    )
     assert torch.equal(sample.counts, counts.gather(1, sample.genes) * sample.mask)
     real = sample.mask
     assert ((sample.counts > 0) & real).sum(1).min() >= 16  # a quarter most expressed, a quarter other expressed
@@ -29,10 +31,12 @@ def test_target_sample_weighted_sums_are_unbiased_for_sums_over_all_genes(counts
     x = counts[:6]
     values = torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) + x  # any per-gene quantity
     generator = torch.Generator().manual_seed(2)
-    draws = torch.stack([
-        (sample.weights * values.gather(1, sample.genes)).sum(1)
-        for sample in (target_sample(x, 64, generator=generator) for _ in range(3000))
-    ])
+    draws = torch.stack(
+        [
+            (sample.weights * values.gather(1, sample.genes)).sum(1)
+            for sample in (target_sample(x, 64, generator=generator) for _ in range(3000))
+        ]
+    )
     np.testing.assert_allclose(draws.mean(0), values.sum(1), rtol=0.01)
 
 
@@ -93,6 +97,23 @@ def test_thin_counts_keeps_a_random_fraction_of_each_cells_depth(counts: torch.T
     assert fraction.max() <= 1.0
     assert fraction.std() > 0.1  # a different depth per cell
     assert torch.equal(thin_counts(counts, 1.0), counts)
+
+
+def test_only_the_encoder_sees_thinned_counts_and_only_in_training(counts: torch.Tensor, tiny: dict) -> None:
+    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
+    module = SCTrilemmaModule(counts.shape[1], **sizes, prior="normal", n_decoder_targets=32, min_depth_fraction=0.25)
+    x = counts[:50]
+    crop = module.train().inference(x)["crop"]
+    seen = crop.counts if crop.mask is None else crop.counts * crop.mask
+    assert (seen <= x.gather(1, crop.genes)).all()
+    assert (seen.sum(1) < x.gather(1, crop.genes).sum(1)).any()  # the encoder's input lost counts
+    generative_input = module._get_generative_input({"X": x}, module.inference(x))
+    assert torch.equal(generative_input["library"], x.sum(1, keepdim=True))  # the decoder keeps the whole cell
+    target = generative_input["target"]
+    assert torch.equal(target.counts, x.gather(1, target.genes) * target.mask)
+    with torch.no_grad():
+        embedded = module.eval().inference(x)["crop"]
+    assert torch.equal(embedded.counts, expressed_crop(x, tiny["crop_size"]).counts)  # embedding is never thinned
 
 
 def test_invalid_options_are_refused(tiny: dict) -> None:

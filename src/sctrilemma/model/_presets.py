@@ -24,11 +24,13 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "posterior_logvar_init": 0.0,
         "gene_embedding_init": "normal",
         "decoder_gene_offset": False,
+        "min_depth_fraction": 1.0,
     },
     # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: one attention head
     # (the attention's cost grows with the heads), many decoupled, weighted decoder targets with a narrow
-    # feed-forward layer, no dropout, a less noisy starting posterior and, on many genes, gene embeddings that start
-    # from the data, on fewer the decoder's own gene offsets
+    # feed-forward layer, no dropout, a less noisy starting posterior, the encoder's input binomially thinned to
+    # 40-100 % of each cell's depth and, on many genes, gene embeddings that start from the data, on fewer the
+    # decoder's own gene offsets
     # (docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
@@ -43,6 +45,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "posterior_logvar_init": -4.0,
         "gene_embedding_init": "auto",
         "decoder_gene_offset": "auto",
+        "min_depth_fraction": 0.4,
     },
 }
 
