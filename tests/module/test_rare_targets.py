@@ -63,9 +63,8 @@ def test_gene_detection_counts_training_cells(counts: torch.Tensor) -> None:
     assert "detected" not in detection.state_dict()  # not saved: a loaded model counts again
 
 
-def test_module_counts_expression_in_training_only(counts: torch.Tensor, tiny: dict) -> None:
-    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
-    module = SCTrilemmaModule(counts.shape[1], **sizes, prior="normal", n_decoder_targets=32)
+def test_module_counts_expression_in_training_only(counts: torch.Tensor, module_sizes: dict) -> None:
+    module = SCTrilemmaModule(counts.shape[1], **module_sizes, prior="normal", n_decoder_targets=32)
     module.eval()
     with torch.no_grad():
         module({"X": counts[:20]})

@@ -61,9 +61,10 @@ def test_training_and_embedding_crops_keep_the_same_genes(counts: torch.Tensor) 
         assert {g for g in kept_e if counts[i, g] > edge} == {g for g in kept_t if counts[i, g] > edge}
 
 
-def test_module_trains_on_the_embedding_crop_with_sampled_targets(counts: torch.Tensor, tiny: dict) -> None:
-    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
-    module = SCTrilemmaModule(counts.shape[1], **sizes, prior="normal", n_decoder_targets=32)
+def test_module_trains_on_the_embedding_crop_with_sampled_targets(
+    counts: torch.Tensor, tiny: dict, module_sizes: dict
+) -> None:
+    module = SCTrilemmaModule(counts.shape[1], **module_sizes, prior="normal", n_decoder_targets=32)
     module.train()
     inference = module.inference(counts[:50])
     expected = expressed_crop(counts[:50], tiny["crop_size"])
@@ -77,9 +78,8 @@ def test_module_trains_on_the_embedding_crop_with_sampled_targets(counts: torch.
     assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
 
 
-def test_decoder_output_changes_with_the_latent_tokens(counts: torch.Tensor, tiny: dict) -> None:
-    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
-    module = SCTrilemmaModule(counts.shape[1], **sizes, prior="normal", n_decoder_targets=32).eval()
+def test_decoder_output_changes_with_the_latent_tokens(counts: torch.Tensor, tiny: dict, module_sizes: dict) -> None:
+    module = SCTrilemmaModule(counts.shape[1], **module_sizes, prior="normal", n_decoder_targets=32).eval()
     genes = torch.arange(100)
     tokens = torch.randn(3, tiny["n_latent_tokens"], tiny["n_hidden"])
     with torch.no_grad():
@@ -99,9 +99,12 @@ def test_thin_counts_keeps_a_random_fraction_of_each_cells_depth(counts: torch.T
     assert torch.equal(thin_counts(counts, 1.0), counts)
 
 
-def test_only_the_encoder_sees_thinned_counts_and_only_in_training(counts: torch.Tensor, tiny: dict) -> None:
-    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
-    module = SCTrilemmaModule(counts.shape[1], **sizes, prior="normal", n_decoder_targets=32, min_depth_fraction=0.25)
+def test_only_the_encoder_sees_thinned_counts_and_only_in_training(
+    counts: torch.Tensor, tiny: dict, module_sizes: dict
+) -> None:
+    module = SCTrilemmaModule(
+        counts.shape[1], **module_sizes, prior="normal", n_decoder_targets=32, min_depth_fraction=0.25
+    )
     x = counts[:50]
     inference = module.train().inference(x)
     crop = inference["crop"]  # its mask is `counts > 0`, so padded positions hold zero counts
@@ -116,9 +119,8 @@ def test_only_the_encoder_sees_thinned_counts_and_only_in_training(counts: torch
     assert torch.equal(embedded.counts, expressed_crop(x, tiny["crop_size"]).counts)  # embedding is never thinned
 
 
-def test_invalid_options_are_refused(tiny: dict) -> None:
-    sizes = {k: v for k, v in tiny.items() if k != "n_prior_codes"}
+def test_invalid_options_are_refused(module_sizes: dict) -> None:
     with pytest.raises(ValueError, match="n_decoder_targets"):
-        SCTrilemmaModule(100, **sizes, n_decoder_targets=2)
+        SCTrilemmaModule(100, **module_sizes, n_decoder_targets=2)
     with pytest.raises(ValueError, match="min_depth_fraction"):
-        SCTrilemmaModule(100, **sizes, min_depth_fraction=0.0)
+        SCTrilemmaModule(100, **module_sizes, min_depth_fraction=0.0)
