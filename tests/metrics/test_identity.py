@@ -7,8 +7,10 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score, silhouette_samples, silhouette_score
 from sklearn.neighbors import NearestNeighbors
 
+from sctrilemma.metrics._context import log1p_cp10k_pca
 from sctrilemma.metrics._errors import MetricSkipped
 from sctrilemma.metrics._identity import asw_label, clisi, exact_neighbors, isolated_labels, nmi_ari_kmeans
+from sctrilemma.metrics._sampling import stratified_subsample
 
 scib_metrics = pytest.importorskip("scib_metrics")
 
@@ -126,6 +128,34 @@ def test_isolated_labels_averages_the_least_shared_types():
     # With one donor every type is isolated: the macro average over types equals the plain mean here.
     one_donor = isolated_labels(X, labels, np.zeros(labels.size))
     assert_allclose(one_donor, np.mean([np.mean((1 + s[labels == c]) / 2) for c in np.unique(labels)]), rtol=1e-5)
+
+
+def test_isolated_labels_matches_scib_on_real_pbmcs(example_adata):
+    """Kang 2018 PBMCs (4 types in all 5 donors): parity with scib-metrics with and without a truly isolated type."""
+    keep = np.sort(np.random.default_rng(0).choice(example_adata.n_obs, 1000, replace=False))
+    adata = example_adata[keep]
+    X = log1p_cp10k_pca(adata.X, n_comps=30).astype(np.float32)
+    labels = adata.obs["cell_type"].astype(str).to_numpy()
+    donors = adata.obs["donor"].astype(str).to_numpy()
+
+    # Every type in every donor: all types are isolated, so the score is label ASW averaged per type.
+    assert_allclose(isolated_labels(X, labels, donors), scib_metrics.isolated_labels(X, labels, donors), rtol=1e-6)
+    balanced = stratified_subsample(labels, max_per_label=50, seed=0)
+    assert np.unique(labels[balanced], return_counts=True)[1].tolist() == [50] * 4
+    assert_allclose(
+        isolated_labels(X[balanced], labels[balanced], donors[balanced]),
+        asw_label(X[balanced], labels[balanced]),
+        rtol=1e-5,
+    )
+
+    # Monocytes kept in one donor only: they alone are isolated and the metric departs from label ASW.
+    iso = (labels != "CD14+ Monocytes") | (donors == "1015")
+    X_iso, labels_iso, donors_iso = X[iso], labels[iso], donors[iso]
+    score = isolated_labels(X_iso, labels_iso, donors_iso)
+    assert_allclose(score, scib_metrics.isolated_labels(X_iso, labels_iso, donors_iso), rtol=1e-6)
+    s = silhouette_samples(X_iso, labels_iso)
+    assert_allclose(score, np.mean((1 + s[labels_iso == "CD14+ Monocytes"]) / 2), rtol=1e-4)
+    assert abs(score - asw_label(X_iso, labels_iso)) > 0.05
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,11 @@ def isolated_labels(X: ArrayLike, labels: ArrayLike, donors: ArrayLike) -> float
     ``(1 + s_i) / 2`` over its cells, with ``s_i`` the Euclidean cell-type silhouette over all cells (scib-metrics
     ``isolated_labels``). A single donor is allowed: then every cell type is isolated.
 
+    When every cell type occurs in the same number of donors (e.g. all types in all donors), every type counts as
+    isolated and the score is the label ASW averaged per type rather than per cell: close to
+    :func:`~sctrilemma.metrics.asw_label`, and equal to it when every type has the same number of cells (as in the
+    scorecard's samples when each type has at least ``max_per_label`` cells).
+
     Parameters
     ----------
     X
