@@ -3,15 +3,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import anndata as ad
+import h5py
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import scvi
+from safetensors.numpy import load_file
 
 import sctrilemma
-from sctrilemma._cli import HDF5_SIGNATURE, main
+from sctrilemma._cli import HDF5_SIGNATURE, build_parser, check_model_dir, h5ad_columns, main
 
 HEAVY_MODULES = ("torch", "scvi", "anndata", "scanpy", "lightning", "h5py")
 COMMANDS = ("train", "embed", "score", "example")
@@ -28,6 +32,7 @@ calls = [
     ["train", "cells.csv", "--out", "m"],
     ["train", "signature_only.h5ad", "--out", "saved"],
     ["embed", "signature_only.h5ad", "--model", "not_a_model", "--out", "o.h5ad"],
+    ["train", "in.h5ad", "--out", "m", "--max-time", "00:04:00"],
 ]
 codes = []
 for argv in calls:
@@ -52,6 +57,65 @@ def test_train_then_embed(small_adata, tmp_path, capsys):
     assert embedded.obsm["X_sctrilemma"].shape == (small_adata.n_obs, 64)
     assert not any(c.startswith("_scvi") for c in embedded.obs.columns)
     assert "Wrote" in capsys.readouterr().out
+    # --model may name the model file instead of its directory.
+    from_file = tmp_path / "from_file.h5ad"
+    assert main(["embed", str(path), "--model", str(model_dir / "model.safetensors"), "--out", str(from_file)]) == 0
+    np.testing.assert_allclose(ad.read_h5ad(from_file).obsm["X_sctrilemma"], embedded.obsm["X_sctrilemma"], atol=1e-5)
+
+
+def test_train_max_time_bounds_training_by_the_clock(small_adata, tmp_path, monkeypatch):
+    path = tmp_path / "data.h5ad"
+    small_adata.write_h5ad(path)
+    calls = []
+    original = sctrilemma.SCTrilemma.train
+
+    def recording_train(self, **kwargs):
+        calls.append(kwargs)
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(sctrilemma.SCTrilemma, "train", recording_train)
+    # Without the budget reaching Lightning, 10,000 epochs would not end this test.
+    assert main(["train", str(path), "--out", str(tmp_path / "m"), "--max-time", "1"]) == 0
+    assert calls[0]["max_time"] == timedelta(seconds=1)
+    assert calls[0]["max_epochs"] == 10_000
+    assert calls[0]["max_steps"] is None
+    assert (tmp_path / "m" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "budget"),
+    [
+        ("00:00:04:00", timedelta(minutes=4)),
+        ("1:02:03:04", timedelta(days=1, hours=2, minutes=3, seconds=4)),
+        ("90.5", timedelta(seconds=90.5)),
+    ],
+)
+def test_max_time_accepts_lightning_strings_and_seconds(value, budget):
+    args = build_parser().parse_args(["train", "in.h5ad", "--out", "m", "--max-time", value])
+    assert args.max_time == budget
+
+
+@pytest.mark.parametrize("value", ["00:04:00", "4m", "ten", "0", "-5", "00:00:00:00", "inf", "1e300"])
+def test_max_time_refuses_other_values_before_reading(value, tmp_path, capsys):
+    with pytest.raises(SystemExit, match="2"):
+        main(["train", str(tmp_path / "missing.h5ad"), "--out", str(tmp_path / "m"), "--max-time", value])
+    error = capsys.readouterr().err
+    assert "argument --max-time: expected" in error
+    assert "does not exist" not in error
+
+
+def test_train_seed_makes_runs_reproducible(small_adata, tmp_path):
+    path = tmp_path / "data.h5ad"
+    small_adata.write_h5ad(path)
+    weights = []
+    for run in ("first", "second"):
+        # The first run moves the global random state on: only --seed can make the second one start the same.
+        assert main(["train", str(path), "--out", str(tmp_path / run), "--max-steps", "1", "--seed", "7"]) == 0
+        weights.append(load_file(tmp_path / run / "model.safetensors"))
+    assert scvi.settings.seed == 7
+    assert weights[0].keys() == weights[1].keys()
+    for name, tensor in weights[0].items():
+        np.testing.assert_allclose(weights[1][name], tensor, atol=1e-5, err_msg=name)
 
 
 def test_train_refuses_normalised_input(small_adata, tmp_path, capsys):
@@ -81,7 +145,7 @@ def test_help_and_argument_errors_import_no_heavy_library(tmp_path):
         check=True,
     )
     codes, imported = result.stdout.strip().splitlines()[-2:]
-    assert codes == str([0] * 5 + [2] * 5)
+    assert codes == str([0] * 5 + [2] * 6)
     assert imported == "[]"
     assert "Traceback" not in result.stderr
     assert "pass --overwrite to replace it" in result.stderr
@@ -98,6 +162,8 @@ def test_help_lists_every_command_with_defaults(capsys):
             "(default: the preset's, 64 for small and 256 for paper)",
             "scVI's heuristic",
             "--overwrite",
+            "DD:HH:MM:SS as in Lightning's max_time (e.g. 00:00:04:00) or a number of seconds (e.g. 240)",
+            "random seed (scvi.settings.seed), set before the model is built (default: 0)",
         ],
         "embed": ["(default: scvi.settings.batch_size, 128)"],
         "score": ["(default: 20)", "(default: 42)"],
@@ -108,6 +174,66 @@ def test_help_lists_every_command_with_defaults(capsys):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert all(snippet in text for snippet in snippets), (command, text)
+
+
+def test_missing_obs_key_is_reported_before_torch_is_imported(small_adata, tmp_path):
+    path = tmp_path / "data.h5ad"
+    small_adata.write_h5ad(path)
+    script = (
+        "import sys\n"
+        "from sctrilemma._cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print(code, sorted(name for name in ('torch', 'scvi', 'anndata', 'lightning') if name in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(sctrilemma.__file__).parents[1])}
+    result = subprocess.run(
+        [sys.executable, "-c", script, "train", str(path), "--out", str(tmp_path / "m"), "--donor-key", "donr"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,  # a guard only: this takes about a second
+        check=True,
+    )
+    assert result.stdout.split("\n")[-2] == "2 []"
+    assert result.stderr.count("\n") == 1
+    assert f"--donor-key 'donr' is not a column of .obs in input file {path}; did you mean 'donor'?" in result.stderr
+    assert "available columns: donor, cell_type, condition, batch." in result.stderr
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "key", "group"),
+    [("--label-key", "celltype", "obs"), ("--condition-key", "disease", "obs"), ("--symbol-key", "symbol", "var")],
+)
+def test_score_checks_column_options_before_reading(small_adata, tmp_path, capsys, option, key, group):
+    path = tmp_path / "data.h5ad"
+    small_adata.write_h5ad(path)
+    keys = {"--label-key": "cell_type", "--donor-key": "donor", option: key}
+    argv = ["score", str(path), "--embedding-key", "X_pca", "--out", str(tmp_path / "s")]
+    assert main([*argv, *(part for pair in keys.items() for part in pair)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert f"{option} {key!r} is not a column of .{group} in input file {path}" in error
+    available = "gene_symbol" if group == "var" else "donor, cell_type, condition, batch"
+    assert f"available columns: {available}" in error
+
+
+def test_h5ad_columns_reads_current_and_legacy_layouts(small_adata, tmp_path):
+    current = tmp_path / "current.h5ad"
+    small_adata.write_h5ad(current)
+    assert h5ad_columns(current) == list(small_adata.obs.columns)
+    assert h5ad_columns(current, "var") == list(small_adata.var.columns)
+    legacy = tmp_path / "legacy.h5ad"  # anndata < 0.7: obs is one compound dataset with an `index` field
+    table = np.array([(b"c1", b"d1", 3)], dtype=[("index", "S2"), ("donor", "S2"), ("n_genes", "i8")])
+    with h5py.File(legacy, "w") as file:
+        file.create_dataset("obs", data=table)
+    assert h5ad_columns(legacy) == ["donor", "n_genes"]
+
+
+def test_model_may_name_the_model_file(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert check_model_dir(str(tmp_path / "model.safetensors")) == tmp_path
+    assert check_model_dir(str(tmp_path)) == tmp_path
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "ten"])
@@ -229,8 +355,13 @@ def test_example_out_must_not_be_a_file(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_example_main_job(tmp_path):
+def test_example_main_job(tmp_path, capsys):
     assert main(["example", "--out", str(tmp_path), "--max-epochs", "1"]) == 0
+    quality = capsys.readouterr().out.strip().splitlines()[-1]
+    assert quality.startswith("k-means NMI ")
+    nmi, ari = float(quality.split()[2].rstrip(",")), float(quality.split()[4])
+    assert 0.0 < nmi <= 1.0
+    assert -1.0 <= ari <= 1.0
     embedded = ad.read_h5ad(tmp_path / "example_embedded.h5ad")
     assert embedded.obsm["X_sctrilemma"].shape == (3000, 64)
     assert (tmp_path / "umap.png").stat().st_size > 10_000
