@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     import anndata as ad
-    import pandas as pd
 
 ROW_CHUNK = 4096
 
 
-def iter_row_chunks(matrix, chunk_size: int = ROW_CHUNK) -> Iterator[np.ndarray | sp.csr_matrix]:
-    """Yield consecutive row blocks of a dense, sparse or backed matrix, each in memory."""
+def iter_row_chunks(matrix, chunk_size: int | None = None) -> Iterator[np.ndarray | sp.csr_matrix]:
+    """Yield consecutive row blocks of a dense, sparse or backed matrix, each in memory.
+
+    ``chunk_size`` rows at a time; :data:`ROW_CHUNK` (read at each call) when ``None``.
+    """
     n_rows = matrix.shape[0]
+    chunk_size = ROW_CHUNK if chunk_size is None else chunk_size
     for start in range(0, n_rows, chunk_size):
         block = matrix[start : min(start + chunk_size, n_rows)]
         yield block.tocsr() if sp.issparse(block) else np.asarray(block)
@@ -27,6 +31,17 @@ def iter_row_chunks(matrix, chunk_size: int = ROW_CHUNK) -> Iterator[np.ndarray 
 
 def _values(block: np.ndarray | sp.spmatrix) -> np.ndarray:
     return block.data if sp.issparse(block) else np.asarray(block).ravel()
+
+
+class CountSummary(NamedTuple):
+    """Per-cell and per-gene totals of a count matrix, from one chunked pass."""
+
+    cell_totals: np.ndarray
+    """Total counts of each cell, ``(n_cells,)``."""
+    cell_genes: np.ndarray
+    """Expressed (non-zero) genes of each cell, ``(n_cells,)``."""
+    gene_totals: np.ndarray
+    """Total counts of each gene, ``(n_genes,)``."""
 
 
 def check_counts(matrix, *, where: str) -> None:
@@ -39,32 +54,64 @@ def check_counts(matrix, *, where: str) -> None:
     where
         How the user refers to the matrix (e.g. ``"adata.X"``), used in the messages.
     """
+    _check_shape(matrix, where)
+    for block in iter_row_chunks(matrix):
+        _check_count_values(_values(block), where)
+
+
+def scan_counts(matrix, *, where: str) -> CountSummary:
+    """:func:`check_counts` and the matrix's totals in one pass over row chunks (backed matrices included).
+
+    Parameters
+    ----------
+    matrix
+        Cells x genes, dense, sparse or backed.
+    where
+        How the user refers to the matrix (e.g. ``"adata.X"``), used in the messages.
+
+    Returns
+    -------
+    The per-cell and per-gene totals.
+    """
+    _check_shape(matrix, where)
+    cell_totals, cell_genes = [], []
+    gene_totals = np.zeros(matrix.shape[1], dtype=np.float64)
+    for block in iter_row_chunks(matrix):
+        _check_count_values(_values(block), where)
+        cell_totals.append(np.asarray(block.sum(axis=1), dtype=np.float64).ravel())
+        cell_genes.append(np.asarray((block > 0).sum(axis=1)).ravel())
+        gene_totals += np.asarray(block.sum(axis=0), dtype=np.float64).ravel()
+    return CountSummary(np.concatenate(cell_totals), np.concatenate(cell_genes).astype(np.int64), gene_totals)
+
+
+def _check_shape(matrix, where: str) -> None:
     if matrix.shape[1] == 0:
         raise ValueError(f"{where} has no genes (0 columns). Pass an AnnData with the measured genes as variables.")
     if matrix.shape[0] == 0:
         raise ValueError(f"{where} has no cells (0 rows).")
-    for block in iter_row_chunks(matrix):
-        values = _values(block)
-        if values.dtype.kind not in "biuf":
-            raise ValueError(f"{where} has dtype {values.dtype}; raw counts must be numeric.")
-        if values.dtype.kind == "f" and not np.isfinite(values).all():
+
+
+def _check_count_values(values: np.ndarray, where: str) -> None:
+    if values.dtype.kind not in "biuf":
+        raise ValueError(f"{where} has dtype {values.dtype}; raw counts must be numeric.")
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        raise ValueError(
+            f"{where} contains NaN or infinite values. Pass raw integer counts (e.g. `layer='counts'`) "
+            "or remove the affected cells and genes."
+        )
+    if (values < 0).any():
+        raise ValueError(
+            f"{where} contains negative values (min {values.min():.3g}); it looks scaled or centred. "
+            "sctrilemma needs raw counts: pass the layer that holds them, e.g. `layer='counts'`."
+        )
+    if values.dtype.kind == "f":
+        fractional = values[values != np.round(values)]
+        if fractional.size:
             raise ValueError(
-                f"{where} contains NaN or infinite values. Pass raw integer counts (e.g. `layer='counts'`) "
-                "or remove the affected cells and genes."
+                f"{where} contains non-integer values (e.g. {fractional[0]:.4g}); it looks normalised or "
+                "log-transformed. sctrilemma models raw UMI/read counts: pass them with `layer='counts'` "
+                "(keep a copy with `adata.layers['counts'] = adata.X.copy()` before `sc.pp.normalize_total`)."
             )
-        if (values < 0).any():
-            raise ValueError(
-                f"{where} contains negative values (min {values.min():.3g}); it looks scaled or centred. "
-                "sctrilemma needs raw counts: pass the layer that holds them, e.g. `layer='counts'`."
-            )
-        if values.dtype.kind == "f":
-            fractional = values[values != np.round(values)]
-            if fractional.size:
-                raise ValueError(
-                    f"{where} contains non-integer values (e.g. {fractional[0]:.4g}); it looks normalised or "
-                    "log-transformed. sctrilemma models raw UMI/read counts: pass them with `layer='counts'` "
-                    "(keep a copy with `adata.layers['counts'] = adata.X.copy()` before `sc.pp.normalize_total`)."
-                )
 
 
 def check_obs_keys(obs: pd.DataFrame, keys: Mapping[str, str | None], *, where: str = "adata.obs") -> None:
@@ -81,9 +128,27 @@ def check_obs_keys(obs: pd.DataFrame, keys: Mapping[str, str | None], *, where: 
         n_missing = int(obs[column].isna().sum())
         if n_missing:
             raise ValueError(
-                f"{where}[{column!r}] (`{argument}`) has {n_missing} missing values. Fill them "
-                f"(e.g. `{where}[{column!r}] = {where}[{column!r}].astype(str)`) or drop those cells."
+                f"{where}[{column!r}] (`{argument}`) has {n_missing} missing values. "
+                f"{_missing_values_fix(obs[column], where, column)}"
             )
+
+
+def _missing_values_fix(values: pd.Series, where: str, column: str, label: str = "unknown") -> str:
+    """Code that drops the cells with a missing value or labels them explicitly (``astype(str)`` would make "nan")."""
+    selected = f"{where}[{column!r}]"
+    categorical = isinstance(values.dtype, pd.CategoricalDtype)
+    present = values.cat.categories if categorical else values.dropna()
+    if not all(isinstance(value, str) for value in present):  # numbers and a string label do not sort together
+        fill = f"{selected} = {selected}.astype('string').fillna({label!r})"
+    elif categorical and label not in present:
+        fill = f"{selected} = {selected}.cat.add_categories({label!r}).fillna({label!r})"
+    else:
+        fill = f"{selected} = {selected}.fillna({label!r})"
+    fill = f"label them explicitly, which makes them one group: `{fill}`"
+    if not where.endswith(".obs") or "[" in where:  # a MuData modality: dropping cells there desynchronises the MuData
+        return f"Remove those cells, or {fill}."
+    data = where.removesuffix(".obs")
+    return f"Drop those cells: `{data} = {data}[{selected}.notna()].copy()`, or {fill}."
 
 
 def cell_statistics(matrix) -> tuple[np.ndarray, np.ndarray]:
@@ -98,13 +163,33 @@ def cell_statistics(matrix) -> tuple[np.ndarray, np.ndarray]:
 def check_no_empty_cells(matrix, obs_names: pd.Index, *, where: str) -> None:
     """Raise a ``ValueError`` naming the cells of ``matrix`` that have no counts at all."""
     totals, _ = cell_statistics(matrix)
-    empty = np.flatnonzero(totals == 0)
-    if empty.size:
-        examples = ", ".join(map(repr, obs_names[empty[:3]]))
-        raise ValueError(
-            f"{empty.size} cells in {where} have no counts ({examples}, ...); they cannot be embedded. "
-            "Remove them first, e.g. `sc.pp.filter_cells(adata, min_genes=5)`."
-        )
+    refuse_empty_cells(totals, obs_names, where=where)
+
+
+def refuse_empty_cells(cell_totals: np.ndarray, obs_names: pd.Index, *, where: str, fix: str | None = None) -> None:
+    """Raise a ``ValueError`` if any cell has no counts: the encoder has no expressed gene to read for it.
+
+    Parameters
+    ----------
+    cell_totals
+        Total counts of each cell, ``(n_cells,)``.
+    obs_names
+        The cells' names, for the message.
+    where
+        How the user refers to the matrix (e.g. ``"adata.X"``).
+    fix
+        How to remove the cells; by default code for ``where`` from :func:`empty_cells_fix`.
+    """
+    empty = np.flatnonzero(np.asarray(cell_totals) == 0)
+    if empty.size == 0:
+        return
+    examples = ", ".join(map(repr, obs_names[empty[:3]].astype(str)))
+    fix = fix or empty_cells_fix(where)
+    raise ValueError(
+        f"{empty.size} of {len(cell_totals)} cells in {where} have no counts ({examples}"
+        f"{', ...' if empty.size > 3 else ''}): with no expressed gene to read they can be neither trained on "
+        f"nor embedded. Remove them first, e.g. {fix}."
+    )
 
 
 def registered_matrix_name(adata: ad.AnnData, layer: str | None, modality: str | None = None) -> str:
@@ -151,20 +236,48 @@ def _unique_id_column(var: pd.DataFrame) -> str | None:
     return None
 
 
-def warn_low_expression_cells(matrix, *, where: str, min_genes: int, stacklevel: int = 2) -> None:
-    """Warn how many cells have fewer than ``min_genes`` expressed genes and what happens to them.
+def empty_cells_fix(where: str) -> str:
+    """Code that removes the cells without counts in the matrix ``where`` names (see :func:`registered_matrix_name`)."""
+    if where.startswith("adata.layers["):
+        return f"`adata = adata[np.asarray({where}.sum(axis=1)).ravel() > 0].copy()`"
+    if where.startswith("mdata.mod["):
+        modality = where[: where.index("]") + 1]
+        empty = f"{modality}.obs_names[np.asarray({where}.sum(axis=1)).ravel() == 0]"
+        return f"`mdata = mdata[~mdata.obs_names.isin({empty})].copy()`"
+    return "`sc.pp.filter_cells(adata, min_counts=1)`"
 
-    Such cells are not trained on; cells without any counts also cannot be embedded.
+
+def check_cell_expression(
+    matrix, obs_names: pd.Index, *, where: str, min_genes: int, fix: str | None = None, stacklevel: int = 2
+) -> None:
+    """Check raw counts, refuse cells without counts and warn about cells with fewer than ``min_genes`` genes.
+
+    Cells with fewer than ``min_genes`` expressed genes are not trained on; cells without any counts
+    cannot be embedded, so they are refused before any training is spent.
+
+    Parameters
+    ----------
+    matrix
+        Cells x genes, dense, sparse or backed.
+    obs_names
+        The cells' names, for the message.
+    where
+        How the user refers to the matrix (e.g. ``"adata.X"``).
+    min_genes
+        Fewest expressed genes a cell is trained with.
+    fix
+        How to remove cells without counts; by default code for ``where`` from :func:`empty_cells_fix`.
+    stacklevel
+        Where the warning points.
     """
-    _, expressed = cell_statistics(matrix)
-    n_low = int((expressed < min_genes).sum())
+    summary = scan_counts(matrix, where=where)
+    refuse_empty_cells(summary.cell_totals, obs_names, where=where, fix=fix)
+    n_low = int((summary.cell_genes < min_genes).sum())
     if n_low == 0:
         return
-    n_empty = int((expressed == 0).sum())
-    empty = f"; {n_empty} have no counts at all and cannot be embedded" if n_empty else ""
     warnings.warn(
-        f"{n_low} of {expressed.size} cells in {where} have fewer than {min_genes} expressed genes: `train` leaves "
-        f"them out{empty}. Remove them first with `sc.pp.filter_cells(adata, min_genes={min_genes})`.",
+        f"{n_low} of {summary.cell_genes.size} cells in {where} have fewer than {min_genes} expressed genes: "
+        f"`train` leaves them out. Remove them first with `sc.pp.filter_cells(adata, min_genes={min_genes})`.",
         UserWarning,
         stacklevel=stacklevel,
     )

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from sctrilemma._validation import iter_row_chunks
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -63,13 +65,16 @@ class GeneMatch:
         return int(self.query_index.size)
 
     def project(self, counts, n_vocab: int) -> sp.csr_matrix:
-        """Counts ``(n_cells, n_query)`` in vocabulary order ``(n_cells, n_vocab)``; duplicates are summed."""
+        """Counts ``(n_cells, n_query)`` in vocabulary order ``(n_cells, n_vocab)``; duplicates are summed.
+
+        ``counts`` may be dense, sparse or backed; it is read in row chunks.
+        """
         mapping = sp.csr_matrix(
             (np.ones(self.n_matched, dtype=np.float32), (self.query_index, self.vocab_index)),
             shape=(self.n_query, n_vocab),
         )
-        counts = counts if sp.issparse(counts) else sp.csr_matrix(np.asarray(counts))
-        return sp.csr_matrix(counts @ mapping, dtype=np.float32)
+        blocks = [sp.csr_matrix(sp.csr_matrix(block) @ mapping, dtype=np.float32) for block in iter_row_chunks(counts)]
+        return sp.vstack(blocks, format="csr", dtype=np.float32)
 
 
 def _lookup(names: np.ndarray, vocabulary: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

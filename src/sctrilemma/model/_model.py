@@ -17,13 +17,12 @@ from scvi.utils import setup_anndata_dsp
 from sctrilemma._allocator import retain_freed_memory
 from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma._validation import (
-    cell_statistics,
+    check_cell_expression,
     check_counts,
     check_no_empty_cells,
     check_obs_keys,
     check_unique_var_names,
     registered_matrix_name,
-    warn_low_expression_cells,
 )
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
@@ -41,7 +40,15 @@ from sctrilemma.model._presets import (
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
 from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
-from sctrilemma.model._utils import count_matrix, gene_names, gene_symbols, refuse_scvi_covariates, training_split
+from sctrilemma.model._utils import (
+    count_matrix,
+    expressed_genes_per_cell,
+    gene_names,
+    gene_symbols,
+    layer_matrix,
+    refuse_scvi_covariates,
+    training_split,
+)
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import SCTrilemmaTrainingPlan
 
@@ -230,9 +237,8 @@ class SCTrilemma(
         if not kwargs.get("source_registry") and not is_minified_without_counts(adata):
             check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
             check_unique_var_names(adata.var_names, adata.var, where="adata")
-            matrix = adata.X if layer is None else _layer(adata, layer)
-            check_counts(matrix, where=registered_matrix_name(adata, layer))
-            _warn_low_expression_cells(matrix, registered_matrix_name(adata, layer))
+            matrix = adata.X if layer is None else layer_matrix(adata, layer)
+            _check_cell_expression(matrix, adata.obs_names, registered_matrix_name(adata, layer))
         anndata_fields = [
             fields.LayerField(REGISTRY_KEYS.X_KEY, layer, is_count_data=True),
             fields.CategoricalObsField(REGISTRY_KEYS.BATCH_KEY, None),
@@ -292,9 +298,8 @@ class SCTrilemma(
                 check_obs_keys(obs, {argument: column}, where="mdata.obs" if mod is None else f"mdata.mod[{mod!r}].obs")
             rna = mdata.mod[modalities.rna_layer]
             check_unique_var_names(rna.var_names, rna.var, where=f"mdata.mod[{modalities.rna_layer!r}]")
-            matrix = rna.X if rna_layer is None else _layer(rna, rna_layer)
-            check_counts(matrix, where=registered_matrix_name(rna, rna_layer, modalities.rna_layer))
-            _warn_low_expression_cells(matrix, registered_matrix_name(rna, rna_layer, modalities.rna_layer))
+            matrix = rna.X if rna_layer is None else layer_matrix(rna, rna_layer)
+            _check_cell_expression(matrix, rna.obs_names, registered_matrix_name(rna, rna_layer, modalities.rna_layer))
         mudata_fields = [
             fields.MuDataLayerField(
                 REGISTRY_KEYS.X_KEY, rna_layer, mod_key=modalities.rna_layer, is_count_data=True, mod_required=True
@@ -401,11 +406,12 @@ class SCTrilemma(
         # Lightning does not switch modules back to training mode after load or a previous fit.
         self.module.train()
         retain_freed_memory()
+        n_expressed = expressed_genes_per_cell(self.adata_manager)  # refuses cells without counts before training
         self._prepare_prior(self.adata)
         initialize_gene_embedding(self)
         datasplitter_kwargs = dict(datasplitter_kwargs or {})
-        splits = datasplitter_kwargs.get("external_indexing") or self._training_split(
-            train_size, validation_size, min_expressed_genes
+        splits = datasplitter_kwargs.get("external_indexing") or training_split(
+            n_expressed, train_size, validation_size, min_expressed_genes, seed=settings.seed
         )
         datasplitter_kwargs["external_indexing"] = splits
         steps_per_epoch = max(1, math.ceil(np.asarray(splits[0]).size / batch_size))
@@ -425,13 +431,6 @@ class SCTrilemma(
                 plan_kwargs=plan_kwargs,
                 **trainer_kwargs,
             )
-
-    def _training_split(
-        self, train_size: float | None, validation_size: float | None, min_expressed_genes: int
-    ) -> list[np.ndarray]:
-        """Train/validation/test indices; cells with too few expressed genes are put in the test split."""
-        _, n_expressed = cell_statistics(self.adata_manager.get_from_registry(REGISTRY_KEYS.X_KEY))
-        return training_split(n_expressed, train_size, validation_size, min_expressed_genes, seed=settings.seed)
 
     # ------------------------------------------------------------------ outputs
     def get_latent_representation(
@@ -481,18 +480,10 @@ class SCTrilemma(
         check_no_empty_cells(matrix, names, where="the requested data")
 
 
-def _layer(adata: AnnData, layer: str):
-    if layer not in adata.layers:
-        raise ValueError(
-            f"`layer={layer!r}` is not in the layers ({list(adata.layers)}); pass one of them or None for X."
-        )
-    return adata.layers[layer]
-
-
-def _warn_low_expression_cells(matrix, where: str) -> None:
+def _check_cell_expression(matrix, obs_names, where: str) -> None:
     # + 2: this helper and setup_anndata/setup_mudata sit between the user's call and the warning.
     stacklevel = settings.warnings_stacklevel + 2
-    warn_low_expression_cells(matrix, where=where, min_genes=MIN_EXPRESSED_GENES, stacklevel=stacklevel)
+    check_cell_expression(matrix, obs_names, where=where, min_genes=MIN_EXPRESSED_GENES, stacklevel=stacklevel)
 
 
 def _uses_cuda(accelerator: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,12 +13,18 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 import torch
+from scvi import settings
 from scvi.model._utils import parse_device_args
 
-from sctrilemma._validation import check_counts, check_obs_keys
-from sctrilemma.data._genes import find_symbol_column, match_genes
 from sctrilemma.io._reference import read_reference, versions, write_reference
 from sctrilemma.model._minify_mixin import check_minified_load
+from sctrilemma.model._query import (
+    GENE_MATCH_KEY,
+    cells_without_reference_counts,
+    empty_after_matching_message,
+    project_query,
+    replace_contents,
+)
 
 if TYPE_CHECKING:
     import os
@@ -28,7 +35,6 @@ logger = logging.getLogger(__name__)
 
 REFERENCE_ATTRIBUTES = ("prior_", "is_trained_")
 SPLIT_ATTRIBUTES = ("train_indices", "validation_indices", "test_indices")
-MEASURED_COLUMN = "measured"
 
 
 class ReferenceMixin:
@@ -227,19 +233,22 @@ class ReferenceMixin:
         Genes are matched by Ensembl ID (version suffixes such as ``.3`` stripped) or by symbol
         (``var_names`` or a ``gene_symbols``-like column), whichever matches more; a report is
         logged. Reference genes the query did not measure are zero columns and are flagged in
-        ``var["measured"]``; they never become encoder tokens.
+        ``var["measured"]``; they never become encoder tokens. The counts are read in row chunks, so a
+        backed AnnData (``anndata.read_h5ad(path, backed="r")``) works and is never loaded whole; the
+        prepared query holds the counts of the reference's genes in memory (sparse).
 
         Parameters
         ----------
         adata
-            Query with raw counts.
+            Query with raw counts (in memory or backed).
         reference_model
             A trained model or the directory of a saved reference.
         return_reference_var_names
             Only return the reference's genes (``var_names``), as a :class:`pandas.Index`.
         inplace
             Replace ``adata``'s contents with the prepared query (scVI's default) and return ``None``;
-            ``False`` leaves ``adata`` unchanged and returns the prepared copy.
+            ``False`` leaves ``adata`` unchanged and returns the prepared copy. A backed ``adata`` becomes
+            an in-memory AnnData; its file is not changed.
         layer
             Layer with the query's counts; defaults to the reference's layer when the query has it,
             else ``X``.
@@ -256,55 +265,29 @@ class ReferenceMixin:
         Raises
         ------
         ValueError
-            If counts are not raw counts or too few genes match (the message names the likely cause).
+            If counts are not raw counts, a cell has no counts, a donor/dataset value is missing or too few
+            genes match (the message names the likely cause and the fix); ``adata`` is then unchanged.
+
+        Warns
+        -----
+        UserWarning
+            If cells have counts only in genes the reference lacks: they cannot be embedded.
         """
         model = reference_model if isinstance(reference_model, cls) else cls.load(reference_model)
         if return_reference_var_names:
             return pd.Index(model.gene_names_.astype(str))
-        setup_args = model.registry_["setup_args"]
-        reference_layer = setup_args.get("layer") or setup_args.get("rna_layer")
-        if layer is None and reference_layer is not None and reference_layer in adata.layers:
-            layer = reference_layer
-        counts = adata.X if layer is None else adata.layers[layer]
-        where = "adata.X" if layer is None else f"adata.layers[{layer!r}]"
-        check_counts(counts, where=where)
-        check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
-        expressed = np.asarray(counts.sum(axis=0)).ravel() > 0
-        symbol_column = find_symbol_column(adata.var)
-        match = match_genes(
-            adata.var_names,
-            model.gene_names_,
-            query_symbols=None if symbol_column is None else adata.var[symbol_column].astype(str).to_numpy(),
-            vocabulary_symbols=model.gene_symbols_,
-            expressed=expressed,
-            min_fraction=min_overlap,
-        )
-        projected = match.project(counts, model.gene_names_.size)
-        var = pd.DataFrame(index=pd.Index(model.gene_names_.astype(str)))
-        if model.gene_symbols_ is not None:
-            var["gene_symbol"] = model.gene_symbols_.astype(str)
-        var[MEASURED_COLUMN] = np.isin(np.arange(var.shape[0]), match.vocab_index)
-        query = ad.AnnData(X=projected, obs=adata.obs.copy(), var=var)
-        if reference_layer is not None:
-            query.layers[reference_layer] = projected.copy()
-        for argument, query_column in {"donor_key": donor_key, "dataset_key": dataset_key}.items():
-            column = setup_args.get(argument)
-            if column is None:
-                continue
-            source = query_column or column
-            if source in query.obs.columns:
-                query.obs[column] = query.obs[source].astype(str).to_numpy()
-            else:
-                logger.info("The query has no %r column; its cells form one %r group.", column, "unknown")
-                query.obs[column] = "unknown"
-        query.uns["sctrilemma_gene_match"] = {
-            "by": match.by,
-            "n_query_genes": match.n_query,
-            "n_matched": match.n_matched,
-            "expressed_fraction": match.expressed_fraction,
-        }
+        query = project_query(adata, model, layer, donor_key, dataset_key, min_overlap)
+        empty = cells_without_reference_counts(query)
+        if empty.size:
+            filtered = "adata" if inplace else "prepared"
+            warnings.warn(
+                f"{empty_after_matching_message(query, empty, filtered)}"
+                f"{'' if inplace else ', where `prepared` is the returned AnnData'}.",
+                UserWarning,
+                stacklevel=settings.warnings_stacklevel,
+            )
         if inplace:
-            adata._init_as_actual(query)
+            replace_contents(adata, query)
             return None
         return query
 
@@ -340,8 +323,8 @@ class ReferenceMixin:
         Parameters
         ----------
         adata
-            Query with raw counts (any gene set with enough overlap), mapped with :meth:`prepare_query_anndata`,
-            or that method's output, used as it is.
+            Query with raw counts (any gene set with enough overlap; in memory or backed), mapped with
+            :meth:`prepare_query_anndata`, or that method's output, used as it is.
         reference_model
             A trained model (left unchanged) or the directory of a saved reference.
         registry
@@ -367,6 +350,12 @@ class ReferenceMixin:
         Returns
         -------
         The model with the query attached; call :meth:`get_latent_representation`.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`prepare_query_anndata`, and if a cell has no counts in the reference's genes; ``adata``
+            is then unchanged.
         """
         del registry, freeze_decoder_first_layer, freeze_batchnorm_decoder, freeze_classifier, transfer_batch
         del datamodule
@@ -376,11 +365,17 @@ class ReferenceMixin:
                 model.pseudobulk_codebook_ = dict(reference_model.pseudobulk_codebook_)
         else:
             model = cls.load(reference_model)
-        if "sctrilemma_gene_match" not in adata.uns:
-            if inplace_subset_query_vars:
-                cls.prepare_query_anndata(adata, model, inplace=True, **prepare_kwargs)
-            else:
-                adata = cls.prepare_query_anndata(adata, model, inplace=False, **prepare_kwargs)
+        query = adata if GENE_MATCH_KEY in adata.uns else project_query(adata, model, **prepare_kwargs)
+        empty = cells_without_reference_counts(query)
+        if empty.size:
+            raise ValueError(
+                f"{empty_after_matching_message(query, empty, 'prepared')}, where `prepared = "
+                f"{cls.__name__}.prepare_query_anndata(adata, reference, inplace=False)`, and pass `prepared`."
+            )
+        if inplace_subset_query_vars and query is not adata:
+            replace_contents(adata, query)
+        else:
+            adata = query
         _string_group_categories(model.registry_)
         _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
         model.to_device(torch_device)

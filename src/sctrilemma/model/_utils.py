@@ -7,7 +7,9 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
+from scvi import REGISTRY_KEYS
 
+from sctrilemma._validation import cell_statistics, refuse_empty_cells
 from sctrilemma.data._genes import find_symbol_column
 
 logger = logging.getLogger(__name__)
@@ -15,6 +17,7 @@ logger = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from anndata import AnnData
     from mudata import MuData
+    from scvi.data import AnnDataManager
 
 
 def rna_modality(adata: AnnData | MuData, registry: dict) -> AnnData:
@@ -49,6 +52,28 @@ def count_matrix(adata: AnnData | MuData, registry: dict):
             f"The model reads counts from layer {layer!r}, which this data lacks (layers: {list(rna.layers)})."
         )
     return rna.layers[layer]
+
+
+def layer_matrix(adata: AnnData, layer: str):
+    """``adata.layers[layer]``, or a ``ValueError`` listing the layers."""
+    if layer not in adata.layers:
+        raise ValueError(
+            f"`layer={layer!r}` is not in the layers ({list(adata.layers)}); pass one of them or None for X."
+        )
+    return adata.layers[layer]
+
+
+def expressed_genes_per_cell(manager: AnnDataManager) -> np.ndarray:
+    """Expressed genes of each registered cell, ``(n_obs,)``; a ``ValueError`` if a cell has no counts.
+
+    Data attached to a loaded model skips :meth:`~sctrilemma.SCTrilemma.setup_anndata`'s checks, so
+    :meth:`~sctrilemma.SCTrilemma.train` refuses such cells here, before any training is spent.
+    """
+    totals, n_expressed = cell_statistics(manager.get_from_registry(REGISTRY_KEYS.X_KEY))
+    names = rna_modality(manager.adata, manager.registry).obs_names
+    fix = "`sc.pp.filter_cells(adata, min_counts=1)`, then attach the filtered data (`model.adata = adata`)"
+    refuse_empty_cells(totals, names, where="the model's data", fix=fix)
+    return n_expressed
 
 
 def refuse_scvi_covariates(kwargs: dict) -> None:
