@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
-import math
 import os
-import re
 import sys
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from sctrilemma._cli_types import MAX_TIME_FORMAT, positive_int, seed, time_budget
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -30,8 +29,6 @@ H5AD_EXPECTED = "expected an AnnData .h5ad file (write one with `adata.write_h5a
 MODEL_EXPECTED = f"expected a directory with {MODEL_FILE} written by `sctrilemma train --out`"
 # `train --max-time` without --max-epochs/--max-steps: epochs enough that the clock always ends training first.
 TIME_BUDGET_MAX_EPOCHS = 10_000
-MAX_TIME_FORMAT = "DD:HH:MM:SS as in Lightning's max_time (e.g. 00:00:04:00) or a number of seconds (e.g. 240)"
-MAX_SEED = 2**32 - 1  # Lightning's seed_everything replaces a seed outside [0, 2**32 - 1] with a random one
 MAX_LISTED_COLUMNS = 30
 
 
@@ -337,45 +334,6 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED}, got {text!r}") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED}, got {value}")
-    return value
-
-
-def _time_budget(text: str) -> timedelta:
-    """``--max-time``: ``DD:HH:MM:SS`` (exactly four fields, as Lightning reads ``max_time``) or seconds."""
-    text = text.strip()
-    try:
-        if re.fullmatch(r"\d+:\d+:\d+:\d+", text):
-            days, hours, minutes, seconds = (int(field) for field in text.split(":"))
-            budget = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-        else:
-            # float() refuses a three-field 00:04:00, which Lightning would read as 0 days and 4 hours.
-            budget = timedelta(seconds=float(text)) if math.isfinite(float(text)) else None
-    except (ValueError, OverflowError):
-        budget = None
-    if budget is None:
-        raise argparse.ArgumentTypeError(f"expected {MAX_TIME_FORMAT}, got {text!r}")
-    if budget <= timedelta(0):
-        raise argparse.ArgumentTypeError(f"expected a positive time budget, got {text!r}")
-    return budget
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``sctrilemma`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -397,20 +355,25 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--layer", default=None, help="layer with raw counts (default: X)")
     train.add_argument("--donor-key", default=None, help="obs column with donors (default: one donor)")
     train.add_argument("--dataset-key", default=None, help="obs column with datasets (default: one dataset)")
-    train.add_argument("--preset", default="small", choices=["small", "paper"], help="model size")
+    train.add_argument(
+        "--preset",
+        default=None,
+        choices=["small", "paper"],
+        help="model size (default: paper with a CUDA GPU, small without, as in SCTrilemma(adata))",
+    )
     train.add_argument(
         "--max-epochs",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="training epochs (default with neither this nor --max-steps: 1,200 steps for the small preset; for the "
         "paper preset scVI's heuristic capped at 50 epochs, i.e. 50 up to 20,000 cells, fewer above)",
     )
     train.add_argument(
-        "--max-steps", type=_positive_int, default=None, help="training steps; overrides --max-epochs (default: unset)"
+        "--max-steps", type=positive_int, default=None, help="training steps; overrides --max-epochs (default: unset)"
     )
     train.add_argument(
         "--max-time",
-        type=_time_budget,
+        type=time_budget,
         default=None,
         metavar="TIME",
         help=f"time budget for training: {MAX_TIME_FORMAT}; training stops when it is spent, or earlier at "
@@ -418,11 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
         f"{TIME_BUDGET_MAX_EPOCHS:,} epochs, i.e. until the time is spent)",
     )
     train.add_argument(
-        "--seed", type=_seed, default=0, help="random seed (scvi.settings.seed), set before the model is built"
+        "--seed", type=seed, default=0, help="random seed (scvi.settings.seed), set before the model is built"
     )
     train.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="cells per step (default: the preset's, 64 for small and 256 for paper)",
     )
@@ -435,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--layer", default=None, help="layer with raw counts (default: the model's, else X)")
     embed.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="cells per batch (default: scvi.settings.batch_size, 128)",
     )
@@ -459,15 +422,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--gene-sets", nargs="*", default=None, metavar="NAME=GMT", help=".gmt libraries for pathways (default: none)"
     )
     score.add_argument("--symbol-key", default=None, help="var column with gene symbols (default: var_names)")
-    score.add_argument("--n-repeats", type=_positive_int, default=20, help="stratified samples")
+    score.add_argument("--n-repeats", type=positive_int, default=20, help="stratified samples")
     score.add_argument("--seed", type=int, default=42, help="sampling seed")
     score.add_argument("--out", required=True, help="output directory for scorecard.csv/.md/.png")
     score.set_defaults(func=_score)
 
     example = command("example", "train on the shipped example data; write embeddings and a UMAP")
     example.add_argument("--out", default="outputs", help="output directory")
-    example.add_argument("--max-epochs", type=_positive_int, default=20, help="training epochs")
-    example.add_argument("--seed", type=_seed, default=0, help="random seed")
+    example.add_argument("--max-epochs", type=positive_int, default=20, help="training epochs")
+    example.add_argument("--seed", type=seed, default=0, help="random seed")
     example.set_defaults(func=_example)
     return parser
 

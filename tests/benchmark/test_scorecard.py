@@ -167,7 +167,7 @@ def test_interventions_on_a_trained_model(small_adata, tiny):
     from sctrilemma.benchmark import intervention_outputs
 
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     tokens = model.get_latent_tokens()
     np.testing.assert_allclose(tokens.mean(1), model.get_latent_representation(), atol=1e-5)

@@ -33,7 +33,7 @@ def _subset(n_per_donor: int, seed: int) -> ad.AnnData:
 def _train(adata: ad.AnnData, seed: int, sizes: dict) -> SCTrilemma:
     scvi.settings.seed = seed
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, **sizes)
+    model = SCTrilemma(adata, **sizes, preset="paper")
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     return model
 

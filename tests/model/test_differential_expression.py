@@ -34,7 +34,7 @@ def de_model(_example) -> SCTrilemma:
     SCTrilemma.setup_anndata(adata, donor_key="donor")
     model = SCTrilemma(
         adata, n_hidden=32, n_latent_tokens=4, crop_size=160, n_encoder_layers=1, n_decoder_layers=1, n_heads=2,
-        prior="normal",
+        prior="normal", preset="paper",
     )  # fmt: skip
     model.train(max_steps=200, batch_size=128, enable_progress_bar=False, plan_kwargs={"lr": 3e-3})
     return model

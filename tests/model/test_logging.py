@@ -61,7 +61,7 @@ def test_quiet_lightning_keeps_a_level_the_user_set(caplog):
 
 def test_train_prints_steps_with_loss_and_no_lightning_chatter(small_adata, tiny, caplog, capsys):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.INFO):
         warnings.simplefilter("always")
         model.train(max_epochs=1)
@@ -83,7 +83,7 @@ def test_train_prints_steps_with_loss_and_no_lightning_chatter(small_adata, tiny
 def test_a_run_ended_by_max_steps_shows_its_last_epoch(small_adata, tiny, capsys):
     """``train()``'s default length is in steps: the bar still says how many epochs it will run."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     model.train(max_steps=7, batch_size=100)  # 4 batches per epoch: the 7th step is in epoch 2
     bar = capsys.readouterr()
     assert "Epoch 2/2" in bar.out + bar.err

@@ -21,7 +21,14 @@ def prep_model():
     adata_before_setup = adata.copy()
     SCTrilemma.setup_anndata(adata, donor_key="batch")
     model = SCTrilemma(
-        adata, n_hidden=32, n_latent_tokens=4, crop_size=64, n_encoder_layers=1, n_decoder_layers=1, n_heads=2
+        adata,
+        n_hidden=32,
+        n_latent_tokens=4,
+        crop_size=64,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        n_heads=2,
+        preset="paper",
     )
     model.train(1, train_size=0.5)
     return model, adata, np.asarray(adata.X.sum(axis=-1)).ravel(), adata_before_setup

@@ -13,7 +13,7 @@ from sctrilemma.model._presets import PRESETS
 
 def _trained(adata, tiny, **kwargs) -> SCTrilemma:
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, **tiny, **kwargs)
+    model = SCTrilemma(adata, **tiny, **kwargs, preset="paper")
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     return model
 
@@ -67,7 +67,7 @@ def test_eval_embedding_is_deterministic(small_adata, tiny):
 
 def test_loss_decreases_with_training(small_adata, tiny):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny, prior="normal")
+    model = SCTrilemma(small_adata, **tiny, prior="normal", preset="paper")
     model.train(max_epochs=20, batch_size=64, enable_progress_bar=False, plan_kwargs={"lr": 2e-3})
     loss = model.history["train_loss"].to_numpy(dtype=float).ravel()
     assert np.isfinite(loss).all()
@@ -109,7 +109,7 @@ def test_presets_and_overrides(small_adata):
     assert small.module.n_hidden == 64
     override = SCTrilemma(small_adata, preset="small", n_hidden=48, n_heads=4)
     assert override.module.n_hidden == 48
-    paper = SCTrilemma(small_adata, prior="normal")
+    paper = SCTrilemma(small_adata, prior="normal", preset="paper")
     assert (paper.module.n_hidden, paper.module.n_latent_tokens, paper.module.crop_size) == (512, 64, 4096)
     # the paper's recipe: the crop is the decoder's target, dropout 0.1, PyTorch's default posterior head
     assert paper.module.n_decoder_targets is None
@@ -142,7 +142,7 @@ def test_saved_model_keeps_its_resolved_sizes(small_adata, tmp_path, monkeypatch
     for name, value in model.module.state_dict().items():
         assert torch.equal(loaded.module.state_dict()[name], value), name
     with pytest.raises(ValueError, match="`prior` must be"):
-        SCTrilemma(small_adata, prior="uniform")
+        SCTrilemma(small_adata, prior="uniform", preset="paper")
 
 
 def test_cells_with_few_genes_are_not_trained_on(small_adata, tiny):
@@ -172,7 +172,7 @@ def test_mudata_rna_modality(small_adata, tiny):
     mdata = md.MuData({"rna": small_adata, "atac": protein})
     mdata.obs["donor"] = small_adata.obs["donor"].to_numpy()
     SCTrilemma.setup_mudata(mdata, donor_key="donor", modalities={"rna_layer": "rna"})
-    model = SCTrilemma(mdata, **tiny)
+    model = SCTrilemma(mdata, **tiny, preset="paper")
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     assert model.get_latent_representation().shape == (small_adata.n_obs, tiny["n_hidden"])
     assert model.module.n_input == small_adata.n_vars
@@ -263,7 +263,7 @@ def test_backed_anndata(small_adata, tiny, tmp_path):
     small_adata.write_h5ad(path)
     backed = ad.read_h5ad(path, backed="r")
     SCTrilemma.setup_anndata(backed, donor_key="donor")
-    model = SCTrilemma(backed, **tiny)
+    model = SCTrilemma(backed, **tiny, preset="paper")
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     latent = model.get_latent_representation()
     assert latent.shape == (small_adata.n_obs, tiny["n_hidden"])

@@ -11,7 +11,7 @@ from sctrilemma.data import PseudobulkCodebook, pseudobulk_profiles
 
 def _trained(adata, tiny, **kwargs) -> SCTrilemma:
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, **tiny, **kwargs)
+    model = SCTrilemma(adata, **tiny, **kwargs, preset="paper")
     model.train(max_epochs=2, batch_size=128, enable_progress_bar=False)
     return model
 
@@ -58,7 +58,7 @@ def test_prior_margin_and_shuffled_control(small_adata, tiny):
 def test_one_group_per_cell_is_refused(small_adata, tiny):
     small_adata.obs["barcode"] = small_adata.obs_names.astype(str)
     SCTrilemma.setup_anndata(small_adata, donor_key="barcode")
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     with pytest.raises(ValueError, match="Every cell forms its own dataset-donor group"):
         model.train(max_epochs=1, enable_progress_bar=False)
 
@@ -72,7 +72,7 @@ def test_normal_prior_has_no_codes(small_adata, tiny):
 
 def test_no_donor_key_gives_one_group_per_dataset(small_adata, tiny, caplog):
     SCTrilemma.setup_anndata(small_adata)
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     with caplog.at_level(logging.INFO, logger="sctrilemma"):
         model.train(max_epochs=1, enable_progress_bar=False)
     assert "Only 1 dataset-donor groups" in caplog.text

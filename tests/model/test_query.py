@@ -44,7 +44,7 @@ def reference(example: ad.AnnData, tiny_sizes: dict) -> SCTrilemma:
     adata = _cells(example, REFERENCE_DONORS, 134, seed=0)
     scvi.settings.seed = 0
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, **tiny_sizes)
+    model = SCTrilemma(adata, **tiny_sizes, preset="paper")
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     return model
 
@@ -348,7 +348,7 @@ def numeric_donor_reference_dir(
     adata.obs["donor"] = adata.obs["donor"].astype(str).astype(int)
     scvi.settings.seed = 0
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, **tiny_sizes)
+    model = SCTrilemma(adata, **tiny_sizes, preset="paper")
     model.train(max_epochs=1, batch_size=128, enable_progress_bar=False)
     assert model.registry_["field_registries"]["donor"]["state_registry"]["categorical_mapping"].dtype.kind == "i"
     directory = tmp_path_factory.mktemp("numeric") / "reference"

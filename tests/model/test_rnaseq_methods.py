@@ -16,7 +16,14 @@ def model(_example) -> SCTrilemma:
     scvi.settings.seed = 0
     SCTrilemma.setup_anndata(adata, donor_key="donor")
     model = SCTrilemma(
-        adata, n_hidden=32, n_latent_tokens=4, crop_size=64, n_encoder_layers=1, n_decoder_layers=1, n_heads=2
+        adata,
+        n_hidden=32,
+        n_latent_tokens=4,
+        crop_size=64,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        n_heads=2,
+        preset="paper",
     )
     model.train(max_steps=5, batch_size=64, enable_progress_bar=False)
     return model

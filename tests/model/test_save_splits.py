@@ -19,7 +19,7 @@ def adata(small_adata):
 
 def _trained(adata, **train_kwargs) -> SCTrilemma:
     SCTrilemma.setup_anndata(adata, donor_key="donor")
-    model = SCTrilemma(adata, n_heads=2, **SIZES)
+    model = SCTrilemma(adata, n_heads=2, **SIZES, preset="paper")
     model.train(max_steps=3, batch_size=64, enable_progress_bar=False, **train_kwargs)
     return model
 

@@ -82,7 +82,7 @@ def test_low_gene_cells_are_trained_without_but_embedded(small_adata, tiny):
     _few_genes(small_adata, n_few=3, n_empty=0)
     with pytest.warns(UserWarning, match="3 of 400 cells"):
         SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     model.train(max_steps=1, batch_size=128, enable_progress_bar=False)
     assert not set(model.train_indices.tolist()) & set(range(3))
     latent = model.get_latent_representation()

@@ -27,7 +27,7 @@ def test_warmup_cosine_schedule():
 
 def test_paper_recipe_is_applied(small_adata, tiny):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     model.train(max_steps=20, batch_size=32, enable_progress_bar=False)
     plan = model.trainer.lightning_module
     trainer = model.trainer
@@ -50,7 +50,7 @@ def test_paper_recipe_is_applied(small_adata, tiny):
 
 def test_module_is_back_in_training_mode_for_a_second_fit(small_adata, tiny):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     model.train(max_steps=2, batch_size=64, enable_progress_bar=False)
     assert not model.module.training  # scvi leaves the module in eval mode after fit
     seen = []
@@ -63,7 +63,7 @@ def test_module_is_back_in_training_mode_for_a_second_fit(small_adata, tiny):
 
 def test_max_steps_sets_epochs(small_adata, tiny):
     SCTrilemma.setup_anndata(small_adata)
-    model = SCTrilemma(small_adata, **tiny, prior="normal")
+    model = SCTrilemma(small_adata, **tiny, prior="normal", preset="paper")
     model.train(max_steps=7, batch_size=100, enable_progress_bar=False)
     n_train = model.train_indices.size
     assert model.trainer.global_step == 7

@@ -28,11 +28,13 @@ from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
 from sctrilemma.model._gene_init import initialize_gene_embedding
 from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
+from sctrilemma.model._memory import fit_batch_to_memory
 from sctrilemma.model._minify_mixin import MinifyMixin, is_minified_without_counts
 from sctrilemma.model._presets import (
     BATCH_SIZES,
     PRESETS,
     TRAINING_DEFAULTS,
+    choose_preset,
     recipe_trainer_kwargs,
     resolve_preset,
     training_length,
@@ -87,7 +89,8 @@ class SCTrilemma(
     registry
         Registry of a saved model; used by :meth:`load` to build a model without data.
     preset
-        ``"paper"`` (the paper's sizes) or ``"small"`` (CPU-sized); the size arguments below override it.
+        ``"paper"`` (the paper's sizes and recipe) or ``"small"`` (CPU-sized); the size arguments below override
+        it. By default ``"paper"`` where a CUDA GPU is available and ``"small"`` elsewhere (logged).
     n_hidden
         Token width ``d``.
     n_latent_tokens
@@ -137,7 +140,7 @@ class SCTrilemma(
         self,
         adata: AnnData | MuData | None = None,
         registry: dict | None = None,
-        preset: Preset = "paper",
+        preset: Preset | None = None,
         n_hidden: int | None = None,
         n_latent_tokens: int | None = None,
         crop_size: int | None = None,
@@ -156,6 +159,7 @@ class SCTrilemma(
         super().__init__(adata, registry)
         if prior not in ("pseudobulk", "normal", "shuffled"):
             raise ValueError(f"`prior` must be 'pseudobulk', 'normal' or 'shuffled', got {prior!r}.")
+        preset = choose_preset(preset)
         sizes = resolve_preset(
             preset,
             {
@@ -352,6 +356,7 @@ class SCTrilemma(
         min_expressed_genes: int = MIN_EXPRESSED_GENES,
         datasplitter_kwargs: dict | None = None,
         plan_kwargs: dict | None = None,
+        check_memory: bool = True,
         **trainer_kwargs,
     ) -> None:
         """Train with the paper's recipe through scvi-tools' trainer.
@@ -383,6 +388,8 @@ class SCTrilemma(
             replaces the model's split (then ``min_expressed_genes`` is not applied).
         plan_kwargs
             Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan`; ``lr`` is 2e-4 (paper) or 5e-3 (small).
+        check_memory
+            Off CUDA, shrink ``batch_size`` to fit the memory available (with a warning) before training.
         **trainer_kwargs
             Passed to :class:`~scvi.train.Trainer` (e.g. ``strategy``, ``num_nodes``).
 
@@ -404,6 +411,8 @@ class SCTrilemma(
                     max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
                 )
         # Lightning does not switch modules back to training mode after load or a previous fit.
+        if check_memory and not _uses_cuda(accelerator):
+            batch_size = fit_batch_to_memory(self.module, self.summary_stats.n_vars, batch_size, self._preset)
         self.module.train()
         retain_freed_memory()
         n_expressed = expressed_genes_per_cell(self.adata_manager)  # refuses cells without counts before training

@@ -21,7 +21,7 @@ def test_deregister_manager():
     # default deregister
     SCTrilemma.setup_anndata(adata)
     SCTrilemma.setup_anndata(bdata)
-    model = SCTrilemma(adata, n_heads=2, **TINY)
+    model = SCTrilemma(adata, n_heads=2, **TINY, preset="paper")
     adata_manager = model._get_most_recent_anndata_manager(adata)
     bdata_manager = model._get_most_recent_anndata_manager(bdata)
 
@@ -38,7 +38,7 @@ def test_deregister_manager():
     # deregister with argument
     SCTrilemma.setup_anndata(adata)
     SCTrilemma.setup_anndata(bdata)
-    model = SCTrilemma(adata, n_heads=2, **TINY)
+    model = SCTrilemma(adata, n_heads=2, **TINY, preset="paper")
     adata_manager = model._get_most_recent_anndata_manager(adata)
     bdata_manager = model._get_most_recent_anndata_manager(bdata)
 

@@ -56,7 +56,7 @@ def prep_model(layer: str | None = None) -> tuple[SCTrilemma, AnnData, npt.NDArr
 
     SCTrilemma.setup_anndata(adata, layer=layer, donor_key="batch")
 
-    model = SCTrilemma(adata, n_heads=2, **TINY)
+    model = SCTrilemma(adata, n_heads=2, **TINY, preset="paper")
     model.train(1, check_val_every_n_epoch=1, train_size=0.5)
 
     lib_size = np.squeeze(np.asarray(counts.sum(axis=-1)))

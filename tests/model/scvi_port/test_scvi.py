@@ -28,7 +28,7 @@ def _synthetic(**kwargs) -> anndata.AnnData:
 
 
 def _model(adata: anndata.AnnData, **kwargs) -> SCTrilemma:
-    return SCTrilemma(adata, n_heads=2, **{**TINY, **kwargs})
+    return SCTrilemma(adata, n_heads=2, **{**TINY, **kwargs}, preset="paper")
 
 
 @pytest.fixture

@@ -1,0 +1,75 @@
+"""`SCTrilemma(adata).train()` on a machine without a GPU: a preset that fits, a batch that fits, never a crash."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from sctrilemma import SCTrilemma
+from sctrilemma.model import _memory
+from sctrilemma.model._memory import optimizer_bytes, training_bytes_per_cell
+
+
+@pytest.mark.parametrize(("cuda", "expected"), [(False, "small"), (True, "paper")])
+def test_default_preset_follows_the_hardware(small_adata, monkeypatch, caplog, cuda, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    with caplog.at_level(logging.INFO, logger="sctrilemma.model._presets"):
+        model = SCTrilemma(small_adata)
+    assert model._preset == expected
+    assert model.module.n_hidden == {"small": 64, "paper": 512}[expected]
+    assert f"preset={expected!r}" in caplog.text
+    assert model.init_params_["non_kwargs"]["preset"] == expected  # saved models keep the resolved preset
+
+
+def test_explicit_preset_is_kept_without_a_gpu(small_adata, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    assert SCTrilemma(small_adata, preset="paper").module.n_hidden == 512
+
+
+def test_batch_shrinks_to_the_memory_available(small_adata, tiny, monkeypatch):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
+    per_cell = training_bytes_per_cell(model.module, small_adata.n_vars)
+    fitting = 20
+    available = ((fitting + 0.5) * per_cell + optimizer_bytes(model.module)) / _memory.MEMORY_SHARE
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: int(available))
+    with pytest.warns(UserWarning, match=f"training with batch_size={fitting} instead"):
+        model.train(max_steps=2, batch_size=256, accelerator="cpu", enable_progress_bar=False)
+    assert model.is_trained_
+    assert model.trainer.train_dataloader.sampler.batch_size == fitting
+
+
+def test_a_batch_that_fits_is_kept(small_adata, tiny, monkeypatch, recwarn):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 2**40)
+    model.train(max_steps=2, batch_size=32, accelerator="cpu", enable_progress_bar=False)
+    assert model.trainer.train_dataloader.sampler.batch_size == 32
+    assert not [w for w in recwarn if "batch_size=" in str(w.message)]
+
+
+def test_a_model_that_cannot_fit_one_cell_is_refused_before_training(small_adata, tiny, monkeypatch):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
+    weights = {name: value.clone() for name, value in model.module.state_dict().items()}
+    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 1)
+    with pytest.raises(MemoryError, match="preset='small'"):
+        model.train(max_steps=2, accelerator="cpu", enable_progress_bar=False)
+    assert not model.is_trained_
+    for name, value in model.module.state_dict().items():
+        assert torch.equal(value, weights[name]), name
+
+
+def test_the_estimate_grows_with_the_genes_each_cell_passes_through(small_adata):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    paper = SCTrilemma(small_adata, preset="paper").module  # encodes and reconstructs a crop of up to 4,096 genes
+    small = SCTrilemma(small_adata, preset="small").module  # encodes 256 genes, reconstructs a sample of 512
+    assert training_bytes_per_cell(paper, 4_000) > 1.5 * training_bytes_per_cell(paper, 2_000)
+    assert training_bytes_per_cell(paper, 20_000) == training_bytes_per_cell(paper, 4_096)
+    assert training_bytes_per_cell(small, 20_000) == training_bytes_per_cell(small, 2_000)
+    assert training_bytes_per_cell(paper, 2_000) > 100 * training_bytes_per_cell(small, 2_000)
+    assert _memory.available_memory_bytes() is None or _memory.available_memory_bytes() > 0
