@@ -148,7 +148,7 @@ def test_score_cli_writes_the_three_files(scored, tmp_path, capsys):
     assert ad.read_h5ad(path).n_obs == scored.n_obs
     assert main(["score", str(path), "--embedding-key", "perfect", "--label-key", "x", "--donor-key", "donor",
                  "--out", str(out)]) == 2  # fmt: skip
-    assert "`label_key='x'` is not a column" in capsys.readouterr().err
+    assert "--label-key 'x' is not a column of .obs" in capsys.readouterr().err  # checked before the file is read
 
 
 @pytest.mark.parametrize("batch_key", [None, "donor"])
