@@ -8,6 +8,8 @@ from typing import Literal
 import torch
 from scvi.model._utils import get_max_epochs_heuristic
 
+from sctrilemma.train._threads import CpuThreadTuner, user_chose_threads
+
 Preset = Literal["paper", "small"]
 
 logger = logging.getLogger(__name__)
@@ -90,12 +92,17 @@ def recipe_trainer_kwargs(trainer_kwargs: dict, uses_cuda: bool) -> dict:
     """``trainer_kwargs`` with the paper's recipe filled in where the user left it unset.
 
     Gradients are clipped at norm 1.0; on a CUDA device with bf16 support, training runs in Lightning's
-    ``"bf16-mixed"`` precision. CPU training stays fp32.
+    ``"bf16-mixed"`` precision. CPU training stays fp32 and, unless the user set torch's thread count, trains at
+    the fastest of a few thread counts, measured as it goes (:class:`~sctrilemma.train.CpuThreadTuner`).
     """
     recipe = {"gradient_clip_val": 1.0}
     if uses_cuda and torch.cuda.is_bf16_supported():
         recipe["precision"] = "bf16-mixed"
-    return {**recipe, **trainer_kwargs}
+    trainer_kwargs = {**recipe, **trainer_kwargs}
+    callbacks = list(trainer_kwargs.get("callbacks") or [])
+    if not uses_cuda and not user_chose_threads() and not any(isinstance(c, CpuThreadTuner) for c in callbacks):
+        trainer_kwargs["callbacks"] = [*callbacks, CpuThreadTuner()]
+    return trainer_kwargs
 
 
 def resolve_preset(preset: str, overrides: dict[str, int | float | None]) -> dict[str, int | float | None]:

@@ -1,0 +1,140 @@
+"""CPU training that does not collapse when other programs share the cores.
+
+PyTorch's threads wait for each other at every parallel operation. When another program takes one of the cores, the
+thread on it is descheduled and the others wait for it: on 2 cores beside one busy process, small-preset training at
+2 threads ran 2.7 times slower than at 1 thread, beside two 27 times (``benchmarks/results/speed/contention.md``). So
+training on the CPU times a few steps at each candidate thread count now and then, and trains at the fastest.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import lightning.pytorch as pl
+
+# torch's thread count when sctrilemma was imported: a different count at training time is the user's choice.
+THREADS_AT_IMPORT = torch.get_num_threads()
+THREAD_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def user_chose_threads() -> bool:
+    """Whether the user set torch's thread count (``torch.set_num_threads`` or ``OMP_NUM_THREADS``)."""
+    return torch.get_num_threads() != THREADS_AT_IMPORT or any(name in os.environ for name in THREAD_ENVIRONMENT)
+
+
+def thread_candidates(threads: int) -> list[int]:
+    """The counts compared, fewest first: one, half of ``threads`` and all of them."""
+    return sorted({threads, (threads + 1) // 2, 1})
+
+
+class CpuThreadTuner(Callback):
+    """Train at the fastest of a few thread counts, measured on the run's own steps and re-measured as it goes.
+
+    Training starts on one thread. At step ``first_check`` each count of :func:`thread_candidates` trains
+    ``probe_steps`` steps, fewest threads first, and the run continues at the count with the shortest median step;
+    more threads must be faster by ``tolerance`` to be chosen. A count whose first step takes more than
+    ``abort_ratio`` times the best median so far is dropped at once: beside busy programs one step with too many
+    threads can take seconds. The measurement repeats after ``recheck_s`` seconds, an interval that doubles (up to
+    ``max_recheck_s``) while the choice holds. torch's thread count is restored when training ends.
+
+    Parameters
+    ----------
+    first_check
+        Step of the first measurement (the first steps are slower while buffers are allocated).
+    probe_steps
+        Steps timed per count.
+    tolerance
+        Relative margin by which more threads must be faster to be chosen.
+    abort_ratio
+        A count whose first step is this many times slower than the best so far is not timed further.
+    recheck_s, max_recheck_s
+        Seconds between measurements, at first and at most.
+    clock
+        Seconds since an arbitrary point (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        first_check: int = 10,
+        probe_steps: int = 4,
+        tolerance: float = 0.1,
+        abort_ratio: float = 2.0,
+        recheck_s: float = 30.0,
+        max_recheck_s: float = 480.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        super().__init__()
+        self.first_check, self.probe_steps, self.tolerance, self.abort_ratio = (
+            first_check,
+            probe_steps,
+            tolerance,
+            abort_ratio,
+        )
+        self.recheck_s, self.max_recheck_s, self.clock = recheck_s, max_recheck_s, clock
+        self.original_threads = torch.get_num_threads()
+        self.candidates = thread_candidates(self.original_threads)
+        self.chosen = self.candidates[0]
+        self.interval = recheck_s
+        self.next_check: float | None = None  # clock time of the next measurement; None until first_check
+        self.timings: dict[int, list[float]] = {}
+        self.probe_queue: list[int] = []
+        self.step_start = 0.0
+        self.history: list[tuple[int, int]] = []  # (step, threads chosen), for reports and tests
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.original_threads = torch.get_num_threads()
+        self.candidates = thread_candidates(self.original_threads)
+        self.chosen = self.candidates[0]
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+        now = self.clock()
+        if len(self.candidates) < 2:
+            return
+        due = trainer.global_step >= self.first_check if self.next_check is None else now >= self.next_check
+        if not self.probe_queue and due:
+            self.timings = {threads: [] for threads in self.candidates}
+            self.probe_queue = [threads for threads in self.candidates for _ in range(self.probe_steps)]
+        threads = self.probe_queue[0] if self.probe_queue else self.chosen
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        self.step_start = now
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx) -> None:
+        now = self.clock()  # read at every step's start and end
+        if not self.probe_queue:
+            return
+        threads = self.probe_queue.pop(0)
+        self.timings[threads].append(now - self.step_start)
+        measured = [_median(times) for count, times in self.timings.items() if times and count != threads]
+        if measured and self.timings[threads][-1] > self.abort_ratio * min(measured):
+            self.probe_queue = [count for count in self.probe_queue if count != threads]
+        if not self.probe_queue:
+            self._choose(trainer.global_step, now)
+
+    def _choose(self, step: int, now: float) -> None:
+        medians = {threads: _median(times) for threads, times in self.timings.items() if times}
+        fastest = min(medians, key=medians.get)
+        chosen = min(threads for threads in medians if medians[threads] <= (1 + self.tolerance) * medians[fastest])
+        self.interval = min(2 * self.interval, self.max_recheck_s) if chosen == self.chosen else self.recheck_s
+        self.chosen = chosen
+        self.history.append((step, chosen))
+        self.next_check = now + self.interval
+        torch.set_num_threads(chosen)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        torch.set_num_threads(self.original_threads)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        torch.set_num_threads(self.original_threads)
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
