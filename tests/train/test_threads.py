@@ -1,4 +1,4 @@
-"""CpuThreadTuner: CPU training at the fastest thread count, measured on the run's own steps."""
+"""CPU training and inference at the fastest thread count, measured on their own steps."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from sctrilemma import SCTrilemma
 from sctrilemma.model._presets import recipe_trainer_kwargs
-from sctrilemma.train import CpuThreadTuner, _threads
+from sctrilemma.train import CpuThreadTuner, ThreadChooser, ThreadTunedLoader, _threads
 from sctrilemma.train._threads import thread_candidates
 
 
@@ -84,3 +84,33 @@ def test_a_users_thread_choice_is_kept(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(_threads, "THREADS_AT_IMPORT", torch.get_num_threads() + 1)  # set after import
     assert "callbacks" not in recipe_trainer_kwargs({}, uses_cuda=False)
+
+
+def test_tuned_loader_yields_every_batch_and_restores_threads(two_threads):
+    clock = StepClock({2: 0.30, 1: 0.10})
+    chooser = ThreadChooser(first_check=1, probe_steps=2, recheck_s=100.0, clock=clock)
+    loader = ThreadTunedLoader(list(range(12)), chooser)
+    assert len(loader) == 12
+    seen = []
+    for batch in loader:
+        seen.append((batch, torch.get_num_threads()))
+    assert [batch for batch, _ in seen] == list(range(12))
+    assert chooser.history == [(3, 1)]  # batches 1-2 at one thread, batch 3 at two (dropped: three times slower)
+    assert {threads for _, threads in seen[4:]} == {1}
+    assert torch.get_num_threads() == 2
+
+
+def test_inference_loaders_are_tuned_unless_the_user_chose(small_adata, tiny, monkeypatch):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, **tiny, preset="small")
+    model.train(max_steps=2, accelerator="cpu", enable_progress_bar=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.setattr(_threads, "THREADS_AT_IMPORT", torch.get_num_threads())
+    loader = model._make_data_loader(adata=small_adata, batch_size=100)
+    assert isinstance(loader, ThreadTunedLoader)
+    assert loader.batch_size is None or loader.sampler.batch_size == 100  # the wrapped loader's attributes
+    tuned = model.get_latent_representation()
+    monkeypatch.setattr(_threads, "THREADS_AT_IMPORT", torch.get_num_threads() + 1)
+    assert not isinstance(model._make_data_loader(adata=small_adata), ThreadTunedLoader)
+    torch.testing.assert_close(torch.as_tensor(tuned), torch.as_tensor(model.get_latent_representation()))

@@ -13,6 +13,7 @@ from scvi import settings
 from sctrilemma._constants import SCT_MODULE_KEYS
 from sctrilemma.model._utils import gene_names
 from sctrilemma.module._analysis import observed_library
+from sctrilemma.train._threads import ThreadTunedLoader, user_chose_threads
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -28,6 +29,16 @@ class ExpressionMixin:
     Place before :class:`~scvi.model.base.RNASeqMixin`: its differential expression, likelihood parameters and
     feature correlations run through these methods and the module's all-gene ``forward(compute_loss=False)``.
     """
+
+    def _make_data_loader(self, *args, **kwargs):
+        """scvi-tools' inference data loader; on the CPU its batches run at the fastest of a few thread counts.
+
+        Unless the user set torch's thread count: see :class:`~sctrilemma.train.ThreadChooser`.
+        """
+        loader = super()._make_data_loader(*args, **kwargs)
+        if self.device.type == "cpu" and not user_chose_threads():
+            return ThreadTunedLoader(loader)
+        return loader
 
     @property
     def precision(self) -> str:

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Iterator
 
     import lightning.pytorch as pl
 
@@ -35,15 +35,15 @@ def thread_candidates(threads: int) -> list[int]:
     return sorted({threads, (threads + 1) // 2, 1})
 
 
-class CpuThreadTuner(Callback):
-    """Train at the fastest of a few thread counts, measured on the run's own steps and re-measured as it goes.
+class ThreadChooser:
+    """Run steps at the fastest of a few thread counts, measured on the steps themselves and re-measured as they go.
 
-    Training starts on one thread. At step ``first_check`` each count of :func:`thread_candidates` trains
-    ``probe_steps`` steps, fewest threads first, and the run continues at the count with the shortest median step;
+    Steps start on one thread. From step ``first_check`` each count of :func:`thread_candidates` runs
+    ``probe_steps`` steps, fewest threads first, and the steps continue at the count with the shortest median;
     more threads must be faster by ``tolerance`` to be chosen. A count whose first step takes more than
     ``abort_ratio`` times the best median so far is dropped at once: beside busy programs one step with too many
     threads can take seconds. The measurement repeats after ``recheck_s`` seconds, an interval that doubles (up to
-    ``max_recheck_s``) while the choice holds. torch's thread count is restored when training ends.
+    ``max_recheck_s``) while the choice holds. :meth:`restore` gives torch back its thread count.
 
     Parameters
     ----------
@@ -72,33 +72,29 @@ class CpuThreadTuner(Callback):
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__()
-        self.first_check, self.probe_steps, self.tolerance, self.abort_ratio = (
-            first_check,
-            probe_steps,
-            tolerance,
-            abort_ratio,
-        )
+        self.first_check, self.probe_steps = first_check, probe_steps
+        self.tolerance, self.abort_ratio = tolerance, abort_ratio
         self.recheck_s, self.max_recheck_s, self.clock = recheck_s, max_recheck_s, clock
+        self.start()
+
+    def start(self) -> None:
+        """Begin at torch's current thread count: the candidates and the count :meth:`restore` returns to."""
         self.original_threads = torch.get_num_threads()
         self.candidates = thread_candidates(self.original_threads)
         self.chosen = self.candidates[0]
-        self.interval = recheck_s
+        self.interval = self.recheck_s
         self.next_check: float | None = None  # clock time of the next measurement; None until first_check
         self.timings: dict[int, list[float]] = {}
         self.probe_queue: list[int] = []
         self.step_start = 0.0
         self.history: list[tuple[int, int]] = []  # (step, threads chosen), for reports and tests
 
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.original_threads = torch.get_num_threads()
-        self.candidates = thread_candidates(self.original_threads)
-        self.chosen = self.candidates[0]
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+    def before_step(self, step: int) -> None:
+        """Set the thread count for step ``step`` and start its clock."""
         now = self.clock()
         if len(self.candidates) < 2:
             return
-        due = trainer.global_step >= self.first_check if self.next_check is None else now >= self.next_check
+        due = step >= self.first_check if self.next_check is None else now >= self.next_check
         if not self.probe_queue and due:
             self.timings = {threads: [] for threads in self.candidates}
             self.probe_queue = [threads for threads in self.candidates for _ in range(self.probe_steps)]
@@ -107,7 +103,8 @@ class CpuThreadTuner(Callback):
             torch.set_num_threads(threads)
         self.step_start = now
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx) -> None:
+    def after_step(self, step: int) -> None:
+        """Record step ``step``'s time if it was measured; choose once every count has been timed."""
         now = self.clock()  # read at every step's start and end
         if not self.probe_queue:
             return
@@ -117,7 +114,7 @@ class CpuThreadTuner(Callback):
         if measured and self.timings[threads][-1] > self.abort_ratio * min(measured):
             self.probe_queue = [count for count in self.probe_queue if count != threads]
         if not self.probe_queue:
-            self._choose(trainer.global_step, now)
+            self._choose(step, now)
 
     def _choose(self, step: int, now: float) -> None:
         medians = {threads: _median(times) for threads, times in self.timings.items() if times}
@@ -129,11 +126,56 @@ class CpuThreadTuner(Callback):
         self.next_check = now + self.interval
         torch.set_num_threads(chosen)
 
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def restore(self) -> None:
+        """Give torch back the thread count it had at :meth:`start`."""
         torch.set_num_threads(self.original_threads)
 
+
+class CpuThreadTuner(ThreadChooser, Callback):
+    """CPU training steps at the fastest thread count (:class:`ThreadChooser` as a Lightning callback)."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.start()
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+        self.before_step(trainer.global_step)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx) -> None:
+        self.after_step(trainer.global_step)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.restore()
+
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        torch.set_num_threads(self.original_threads)
+        self.restore()
+
+
+class ThreadTunedLoader:
+    """A data loader whose batches are processed on the CPU at the fastest thread count (:class:`ThreadChooser`).
+
+    The time between handing out one batch and being asked for the next is that batch's step. Attributes are the
+    wrapped loader's.
+    """
+
+    def __init__(self, loader: Iterable, chooser: ThreadChooser | None = None) -> None:
+        self.loader = loader
+        self.chooser = chooser or ThreadChooser(first_check=1, probe_steps=2)
+
+    def __iter__(self) -> Iterator:
+        self.chooser.start()
+        try:
+            for step, batch in enumerate(self.loader):
+                self.chooser.before_step(step)
+                yield batch
+                self.chooser.after_step(step)
+        finally:
+            self.chooser.restore()
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
 
 
 def _median(values: list[float]) -> float:
