@@ -3,7 +3,8 @@
 PyTorch's threads wait for each other at every parallel operation. When another program takes one of the cores, the
 thread on it is descheduled and the others wait for it: on 2 cores beside one busy process, small-preset training at
 2 threads ran 2.7 times slower than at 1 thread, beside two 27 times (``benchmarks/results/speed/contention.md``). So
-training on the CPU times a few steps at each candidate thread count now and then, and trains at the fastest.
+training and inference on the CPU time a few steps at each candidate thread count now and then, and run at the
+fastest.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ def thread_candidates(threads: int) -> list[int]:
 class ThreadChooser:
     """Run steps at the fastest of a few thread counts, measured on the steps themselves and re-measured as they go.
 
-    Steps start on one thread. From step ``first_check`` each count of :func:`thread_candidates` runs
+    Steps start on one thread. From step ``first_check`` each count of ``thread_candidates`` runs
     ``probe_steps`` steps, fewest threads first, and the steps continue at the count with the shortest median;
     more threads must be faster by ``tolerance`` to be chosen. A count whose first step takes more than
     ``abort_ratio`` times the best median so far is dropped at once: beside busy programs one step with too many
     threads can take seconds. The measurement repeats after ``recheck_s`` seconds, an interval that doubles (up to
-    ``max_recheck_s``) while the choice holds. :meth:`restore` gives torch back its thread count.
+    ``max_recheck_s``) while the choice holds. :meth:`~sctrilemma.train.ThreadChooser.restore` gives torch back
+    its thread count.
 
     Parameters
     ----------
@@ -78,7 +80,7 @@ class ThreadChooser:
         self.start()
 
     def start(self) -> None:
-        """Begin at torch's current thread count: the candidates and the count :meth:`restore` returns to."""
+        """Begin at torch's current thread count, which sets the candidates and what ``restore`` returns to."""
         self.original_threads = torch.get_num_threads()
         self.candidates = thread_candidates(self.original_threads)
         self.chosen = self.candidates[0]
@@ -127,12 +129,12 @@ class ThreadChooser:
         torch.set_num_threads(chosen)
 
     def restore(self) -> None:
-        """Give torch back the thread count it had at :meth:`start`."""
+        """Give torch back the thread count it had at :meth:`~sctrilemma.train.ThreadChooser.start`."""
         torch.set_num_threads(self.original_threads)
 
 
 class CpuThreadTuner(ThreadChooser, Callback):
-    """CPU training steps at the fastest thread count (:class:`ThreadChooser` as a Lightning callback)."""
+    """CPU training at the fastest thread count: :class:`~sctrilemma.train.ThreadChooser` as a Lightning callback."""
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.start()
@@ -151,7 +153,7 @@ class CpuThreadTuner(ThreadChooser, Callback):
 
 
 class ThreadTunedLoader:
-    """A data loader whose batches are processed on the CPU at the fastest thread count (:class:`ThreadChooser`).
+    """A data loader whose batches run on the CPU at the fastest thread count: :class:`~sctrilemma.train.ThreadChooser`.
 
     The time between handing out one batch and being asked for the next is that batch's step. Attributes are the
     wrapped loader's.
