@@ -177,6 +177,8 @@ class ThreadTunedLoader:
         return len(self.loader)
 
     def __getattr__(self, name: str):
+        if name == "loader":  # not set yet (e.g. while copying): no recursion
+            raise AttributeError(name)
         return getattr(self.loader, name)
 
 
