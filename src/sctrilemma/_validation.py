@@ -78,10 +78,17 @@ def scan_counts(matrix, *, where: str) -> CountSummary:
     gene_totals = np.zeros(matrix.shape[1], dtype=np.float64)
     for block in iter_row_chunks(matrix):
         _check_count_values(_values(block), where)
-        cell_totals.append(np.asarray(block.sum(axis=1), dtype=np.float64).ravel())
-        cell_genes.append(np.asarray((block > 0).sum(axis=1)).ravel())
+        totals, expressed = _block_cell_statistics(block)
+        cell_totals.append(totals)
+        cell_genes.append(expressed)
         gene_totals += np.asarray(block.sum(axis=0), dtype=np.float64).ravel()
-    return CountSummary(np.concatenate(cell_totals), np.concatenate(cell_genes).astype(np.int64), gene_totals)
+    return CountSummary(np.concatenate(cell_totals), np.concatenate(cell_genes), gene_totals)
+
+
+def _block_cell_statistics(block: np.ndarray | sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's total (float64) and number of non-zero entries (int64)."""
+    totals = np.asarray(block.sum(axis=1), dtype=np.float64).ravel()
+    return totals, np.asarray((block > 0).sum(axis=1)).ravel().astype(np.int64)
 
 
 def _check_shape(matrix, where: str) -> None:
@@ -153,11 +160,8 @@ def _missing_values_fix(values: pd.Series, where: str, column: str, label: str =
 
 def cell_statistics(matrix) -> tuple[np.ndarray, np.ndarray]:
     """Per-cell raw totals and numbers of expressed genes, each ``(n_cells,)``, computed chunk-wise."""
-    totals, expressed = [], []
-    for block in iter_row_chunks(matrix):
-        totals.append(np.asarray(block.sum(axis=1)).ravel())
-        expressed.append(np.asarray((block > 0).sum(axis=1)).ravel())
-    return np.concatenate(totals).astype(np.float64), np.concatenate(expressed).astype(np.int64)
+    totals, expressed = zip(*(_block_cell_statistics(block) for block in iter_row_chunks(matrix)), strict=True)
+    return np.concatenate(totals), np.concatenate(expressed)
 
 
 def check_no_empty_cells(matrix, obs_names: pd.Index, *, where: str) -> None:
