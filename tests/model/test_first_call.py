@@ -12,16 +12,25 @@ from sctrilemma.model import _memory
 from sctrilemma.model._memory import optimizer_bytes, training_bytes_per_cell
 
 
-@pytest.mark.parametrize(("cuda", "expected"), [(False, "small"), (True, "paper")])
-def test_default_preset_follows_the_hardware(small_adata, monkeypatch, caplog, cuda, expected):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+def test_without_a_gpu_the_default_preset_is_small_and_says_so(small_adata, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    with pytest.warns(UserWarning, match="No CUDA GPU: using preset='small'"):
+        model = SCTrilemma(small_adata)
+    assert model._preset == "small"
+    assert model.module.n_hidden == 64
+    assert model.init_params_["non_kwargs"]["preset"] == "small"  # saved models keep the resolved preset
+
+
+def test_with_a_gpu_the_default_preset_is_the_papers(small_adata, monkeypatch, caplog):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     with caplog.at_level(logging.INFO, logger="sctrilemma.model._presets"):
         model = SCTrilemma(small_adata)
-    assert model._preset == expected
-    assert model.module.n_hidden == {"small": 64, "paper": 512}[expected]
-    assert f"preset={expected!r}" in caplog.text
-    assert model.init_params_["non_kwargs"]["preset"] == expected  # saved models keep the resolved preset
+    assert model._preset == "paper"
+    assert model.module.n_hidden == 512
+    assert "preset='paper'" in caplog.text
+    assert model.init_params_["non_kwargs"]["preset"] == "paper"
 
 
 def test_explicit_preset_is_kept_without_a_gpu(small_adata, monkeypatch):

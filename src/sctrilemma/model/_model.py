@@ -90,7 +90,7 @@ class SCTrilemma(
         Registry of a saved model; used by :meth:`load` to build a model without data.
     preset
         ``"paper"`` (the paper's sizes and recipe) or ``"small"`` (CPU-sized); the size arguments below override
-        it. By default ``"paper"`` where a CUDA GPU is available and ``"small"`` elsewhere (logged).
+        it. By default ``"paper"`` where a CUDA GPU is available and ``"small"`` elsewhere (with a warning).
     n_hidden
         Token width ``d``.
     n_latent_tokens

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Literal
 
 import torch
+from scvi import settings
 from scvi.model._utils import get_max_epochs_heuristic
 
 from sctrilemma.train._threads import CpuThreadTuner, user_chose_threads
@@ -115,12 +117,20 @@ def resolve_preset(preset: str, overrides: dict[str, int | float | None]) -> dic
 def choose_preset(preset: str | None) -> str:
     """``preset``, or without one the preset this machine can train: ``"paper"`` with a CUDA GPU, else ``"small"``.
 
+    Choosing ``"small"`` warns, since it departs from the published model.
+
     The paper's model at its batch of 256 needs far more memory than a CPU machine has (about 0.5 GiB per cell of
     2,511 genes, ``benchmarks/results/speed/training_memory.json``); the small preset trains there in minutes.
     """
     if preset is not None:
         return preset
-    chosen = "paper" if torch.cuda.is_available() else "small"
-    reason = "a CUDA GPU is available" if chosen == "paper" else "no CUDA GPU, and the paper's model is sized for GPUs"
-    logger.info("Using preset=%r: %s. Pass `preset=` to choose.", chosen, reason)
-    return chosen
+    if torch.cuda.is_available():
+        logger.info("Using preset='paper' (the published model): a CUDA GPU is available.")
+        return "paper"
+    warnings.warn(
+        "No CUDA GPU: using preset='small', sized for CPUs; the paper's model (preset='paper') is sized for GPUs. "
+        "Pass `preset=` to choose and silence this.",
+        UserWarning,
+        stacklevel=settings.warnings_stacklevel,
+    )
+    return "small"
