@@ -98,6 +98,10 @@ def test_tuned_loader_yields_every_batch_and_restores_threads(two_threads):
     assert chooser.history == [(3, 1)]  # batches 1-2 at one thread, batch 3 at two (dropped: three times slower)
     assert {threads for _, threads in seen[4:]} == {1}
     assert torch.get_num_threads() == 2
+    # a second pass (another group of a DE, say) keeps the choice until it is due to be measured again
+    assert [torch.get_num_threads() for _ in loader] == [1] * 12
+    assert chooser.history == [(3, 1)]
+    assert torch.get_num_threads() == 2
 
 
 def test_inference_loaders_are_tuned_unless_the_user_chose(small_adata, tiny, monkeypatch):

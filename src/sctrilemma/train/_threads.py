@@ -128,6 +128,16 @@ class ThreadChooser:
         self.next_check = now + self.interval
         torch.set_num_threads(chosen)
 
+    def resume(self) -> None:
+        """Begin a new pass, keeping the last choice and its next measurement if torch's thread count is unchanged.
+
+        Otherwise (or before any choice) as :meth:`~sctrilemma.train.ThreadChooser.start`.
+        """
+        if not self.history or torch.get_num_threads() != self.original_threads:
+            self.start()
+            return
+        self.probe_queue = []
+
     def restore(self) -> None:
         """Give torch back the thread count it had at :meth:`~sctrilemma.train.ThreadChooser.start`."""
         torch.set_num_threads(self.original_threads)
@@ -155,16 +165,17 @@ class CpuThreadTuner(ThreadChooser, Callback):
 class ThreadTunedLoader:
     """A data loader whose batches run on the CPU at the fastest thread count: :class:`~sctrilemma.train.ThreadChooser`.
 
-    The time between handing out one batch and being asked for the next is that batch's step. Attributes are the
-    wrapped loader's.
+    The time between handing out one batch and being asked for the next is that batch's step. By default all
+    inference loaders share one chooser, so that a choice made on one pass (say, one group of a differential
+    expression) serves the next ones until it is due to be measured again. Attributes are the wrapped loader's.
     """
 
     def __init__(self, loader: Iterable, chooser: ThreadChooser | None = None) -> None:
         self.loader = loader
-        self.chooser = chooser or ThreadChooser(first_check=1, probe_steps=2)
+        self.chooser = chooser or INFERENCE_CHOOSER
 
     def __iter__(self) -> Iterator:
-        self.chooser.start()
+        self.chooser.resume()
         try:
             for step, batch in enumerate(self.loader):
                 self.chooser.before_step(step)
@@ -184,3 +195,7 @@ class ThreadTunedLoader:
 
 def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
+
+
+# Inference passes are often short (a few batches each in differential expression): they share one measurement.
+INFERENCE_CHOOSER = ThreadChooser(first_check=1, probe_steps=2)
