@@ -1,15 +1,22 @@
-"""Learning curve of SCTrilemma (small preset) on Kang 2018: training steps against identity, invariance and fidelity.
+"""Learning curves: identity, invariance and fidelity of an embedding against training time, SCTrilemma beside scVI.
 
-One run with a wall-clock budget of ``--budget-multiple`` times ``--budget-s`` (given as ``max_time``, as a user
-would), evaluated on a fixed sample of cells at a geometric series of steps: k-means NMI and ARI, BRAS, depth R²
-(lower is better) and the reconstruction's logFC Spearman and top-100 DEG Jaccard, each cell type against the
-rest. The clock is stopped while a checkpoint is evaluated, so the budget counts training only. scVI (no batch
-covariate) trained for ``--budget-s`` and a log1p-CP10K PCA are scored on the same cells, for reference.
+One process trains one model once, with a wall-clock budget of ``--budget-multiple`` times ``--budget-s`` given as
+``max_time`` (as a user would; SCTrilemma's schedule anneals over that budget), and scores a fixed sample of cells
+at checkpoints: k-means NMI and ARI, BRAS over the context, depth R² (lower is better) and the reconstruction's
+logFC Spearman and top-100 DEG Jaccard, each cell type against the rest. The clock is stopped while a checkpoint is
+scored, so the budget counts training only. Checkpoints are wall-clock seconds (``--checkpoints``, as multiples of
+the budget), so that two models run side by side are scored at the same training times; ``--steps`` scores at
+global steps instead (for load-independent comparisons of settings). For SCTrilemma the PCA of all ``K`` token
+means is scored too (``tok_`` columns), a diagnostic of the mean pooling.
 
-Writes the curve as JSON and as ``learning_curve.md`` and ``learning_curve.png`` beside it.
+Writes the curve as JSON; ``--report A.json B.json ...`` draws the table (``.md``) and figure (``.png``) of
+several runs beside ``--out``.
 
-Usage: ``python benchmarks/learning_curve.py [--budget-s 240] [--budget-multiple 10] [--seed 0] [--json PATH]``;
-``--from-json`` redraws the table and figure from a saved run.
+Usage::
+
+    python benchmarks/learning_curve.py --data kang2018_pbmc_ctrl --method sctrilemma --json sct.json &
+    python benchmarks/learning_curve.py --data kang2018_pbmc_ctrl --method scvi --json scvi.json
+    python benchmarks/learning_curve.py --report sct.json scvi.json --out curve.md
 """
 
 from __future__ import annotations
@@ -26,155 +33,210 @@ import numpy as np
 import scvi
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
+from sklearn.decomposition import PCA
 
 from sctrilemma import SCTrilemma, metrics
-from sctrilemma.benchmark import pca_baseline, scvi_baseline
+from sctrilemma.benchmark import pca_baseline
 
-DATA = "kang2018_pbmc_ctrl.h5ad"
-LABEL_KEY, DONOR_KEY = "cell_type", "donor"
+KEYS = {  # data set: (label key, context key)
+    "kang2018_pbmc_ctrl": ("cell_type", "donor"),
+    "cellbench_lung_celllines": ("cell_type", "batch"),
+    "baron2016_pancreas_subset_cider": ("cell_type", "species"),
+    "zilionis2019_mouse_lung_cluey": ("cell_type", "Animal"),
+}
+METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard")
+CHECKPOINTS = (0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0)
+TRAINING_THREADS = torch.get_num_threads()
 
 
-def score(embedding: np.ndarray, reconstruction: np.ndarray | None, adata: ad.AnnData) -> dict[str, float]:
-    """The headline metrics of one embedding (and reconstruction) of ``adata``'s cells."""
-    labels, donors = adata.obs[LABEL_KEY].to_numpy(), adata.obs[DONOR_KEY].to_numpy()
+def score(embedding: np.ndarray, reconstruction: np.ndarray | None, sample: ad.AnnData, keys: tuple[str, str]) -> dict:
+    """The headline metrics of one embedding (and reconstruction) of ``sample``'s cells."""
+    labels, contexts = (sample.obs[key].astype(str).to_numpy() for key in keys)
     result = metrics.nmi_ari_kmeans(embedding, labels, n_init=5)
-    result["bras"] = metrics.bras(embedding, labels, donors)
-    result["depth_r2"] = metrics.depth_r2(embedding, np.asarray(adata.X.sum(1)).ravel())
+    result["bras"] = metrics.bras(embedding, labels, contexts)
+    result["depth_r2"] = metrics.depth_r2(embedding, np.asarray(sample.X.sum(1)).ravel())
     if reconstruction is not None:
         contrasts = [
-            metrics.differential_expression_concordance(adata.X, reconstruction, labels, group)
+            metrics.differential_expression_concordance(sample.X, reconstruction, labels, group)
             for group in np.unique(labels)
         ]
         result["logfc_spearman"] = float(np.nanmean([c["logfc_spearman"] for c in contrasts]))
         result["deg_jaccard"] = float(np.nanmean([c["deg_jaccard"] for c in contrasts]))
-    return {name: float(value) for name, value in result.items()}
+    return {name: round(float(value), 4) for name, value in result.items()}
 
 
 class Checkpoints(Callback):
-    """Score the model at given global steps, with the ``max_time`` clock stopped while scoring."""
+    """Score ``model`` on ``sample`` at training seconds or global steps, with the ``max_time`` clock stopped."""
 
-    def __init__(self, model: SCTrilemma, cells: np.ndarray, steps: list[int]) -> None:
-        self.model, self.cells, self.steps, self.rows = model, cells, set(steps), []
-        self.start = time.perf_counter()
-        self.paused = 0.0
+    def __init__(self, model, sample: ad.AnnData, cells: np.ndarray, keys, seconds=(), steps=()) -> None:
+        self.model, self.sample, self.cells, self.keys = model, sample, cells, keys
+        self.seconds, self.steps, self.rows = sorted(seconds), set(steps), []
+        self.start, self.paused = time.perf_counter(), 0.0
+
+    def training_seconds(self) -> float:
+        return time.perf_counter() - self.start - self.paused
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step = trainer.global_step
-        if step not in self.steps:
-            return
+        due = trainer.global_step in self.steps
+        while self.seconds and self.training_seconds() >= self.seconds[0]:
+            self.seconds.pop(0)
+            due = True
+        if due:
+            self.record(trainer, pl_module)
+
+    def record(self, trainer, pl_module) -> None:
         began = time.perf_counter()
         pl_module.module.eval()
         self.model.is_trained_ = True  # scvi-tools refuses latents until fit ends; these are mid-training ones
-        embedding = self.model.get_latent_representation(indices=self.cells)
-        reconstruction = self.model.get_normalized_expression(
-            indices=self.cells, gene_list=list(self.model.adata.var_names), library_size="observed", return_numpy=True
-        )
+        row = {"step": trainer.global_step, "epoch": trainer.current_epoch, "train_s": began - self.start - self.paused}
+        row.update(self.evaluate())
+        row.update(self.heldout_loss(trainer))
         pl_module.module.train()
         self.model.is_trained_ = False
-        row = {"step": step, "train_s": began - self.start - self.paused}
-        row.update(score(embedding, reconstruction, self.model.adata[self.cells]))
         self.rows.append(row)
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
-        torch.set_num_threads(TRAINING_THREADS)  # scoring may raise PyTorch's thread count (see trilemma.py)
+        torch.set_num_threads(TRAINING_THREADS)  # scoring may raise PyTorch's thread count
         spent = time.perf_counter() - began
         self.paused += spent
         for callback in trainer.callbacks:  # give the scoring time back to the max_time budget
             if isinstance(callback, Timer) and callback._start_time.get("train") is not None:
                 callback._start_time["train"] += spent
 
+    def heldout_loss(self, trainer) -> dict:
+        """Reconstruction loss per cell on up to 1,000 training cells and on the validation cells: overfitting shows
+        as a validation loss that rises while the training loss falls."""
+        splitter = trainer.datamodule
+        train_cells = np.asarray(splitter.train_idx)[:1000]
+        losses = {"rec_train": train_cells, "rec_val": np.asarray(splitter.val_idx)}
+        return {
+            name: round(float(next(iter(self.model.get_reconstruction_error(indices=cells).values()))), 2)
+            for name, cells in losses.items()
+            if cells.size
+        }
 
-TRAINING_THREADS = torch.get_num_threads()
-METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard")
+    def evaluate(self) -> dict:
+        embedding = self.model.get_latent_representation(indices=self.cells)
+        if isinstance(self.model, SCTrilemma):
+            reconstruction = self.model.get_normalized_expression(
+                indices=self.cells, gene_list=list(self.sample.var_names), library_size="observed", return_numpy=True
+            )
+        else:
+            library = np.asarray(self.sample.X.sum(1)).ravel()[:, None]
+            reconstruction = (
+                self.model.get_normalized_expression(indices=self.cells, library_size=1.0, return_numpy=True) * library
+            )
+        row = score(embedding, reconstruction, self.sample, self.keys)
+        if isinstance(self.model, SCTrilemma):
+            tokens = self.model.get_latent_tokens(indices=self.cells).reshape(self.cells.size, -1)
+            tokens = PCA(50, random_state=0).fit_transform(tokens)
+            row.update({f"tok_{k}": v for k, v in score(tokens, None, self.sample, self.keys).items()})
+        return row
 
 
-def report(result: dict, json_path: Path) -> None:
-    """``learning_curve.md`` (a table) and ``learning_curve.png`` (one panel per metric) beside ``json_path``."""
+def train(args: argparse.Namespace) -> dict:
+    keys = KEYS[args.data]
+    adata = ad.read_h5ad(Path(args.data_dir) / f"{args.data}.h5ad")
+    adata.obs_names_make_unique()
+    adata.obs[keys[1]] = adata.obs[keys[1]].astype(str)
+    rng = np.random.default_rng(args.seed)
+    cells = np.sort(rng.choice(adata.n_obs, min(args.n_cells, adata.n_obs), replace=False))
+    sample = adata[cells].copy()
+    pca = score(pca_baseline(adata, seed=args.seed).embedding[cells], None, sample, keys)
+    torch.set_num_threads(TRAINING_THREADS)
+    scvi.settings.seed = args.seed
+    if args.method == "scvi":
+        scvi.model.SCVI.setup_anndata(adata)
+        model = scvi.model.SCVI(adata, gene_likelihood="zinb")
+        plan_kwargs = None
+    else:
+        SCTrilemma.setup_anndata(adata, donor_key=keys[1])
+        model = SCTrilemma(adata, preset="small", **json.loads(args.model))
+        plan_kwargs = json.loads(args.plan) or None
+    total = args.budget_s * args.budget_multiple
+    seconds = [] if args.steps else [args.budget_s * c for c in CHECKPOINTS if c <= args.budget_multiple]
+    checkpoints = Checkpoints(model, sample, cells, keys, seconds=seconds, steps=args.steps or ())
+    train_kwargs = {"max_steps": max(args.steps)} if args.steps else {"max_time": timedelta(seconds=total)}
+    model.train(
+        max_epochs=100_000, enable_progress_bar=False, callbacks=[checkpoints], plan_kwargs=plan_kwargs, **train_kwargs
+    )
+    if not args.steps and checkpoints.seconds:  # the budget ended between the last checkpoints: score the end
+        checkpoints.record(model.trainer, model.trainer.lightning_module)
+    return {
+        "method": args.method,
+        "data": args.data,
+        "model": json.loads(args.model),
+        "plan": json.loads(args.plan),
+        "budget_s": args.budget_s,
+        "budget_multiple": args.budget_multiple,
+        "seed": args.seed,
+        "n_cells": int(cells.size),
+        "threads": TRAINING_THREADS,
+        "load_average_1min_at_end": os.getloadavg()[0],
+        "pca": pca,
+        "curve": checkpoints.rows,
+    }
+
+
+def report(runs: list[dict], out: Path) -> None:
+    """A table (``out``) and a figure (``out`` as ``.png``) of several curves on one data set."""
     import matplotlib.pyplot as plt
 
-    budget = result["budget_s"]
-    header = "| step | training s | " + " | ".join(METRICS) + " |"
+    budget = runs[0]["budget_s"]
     lines = [
-        f"# Learning curve: SCTrilemma (small) on Kang 2018, seed {result['seed']}\n",
-        f"One run with `max_time` = {result['budget_multiple']:g} x {budget:.0f} s, scored on "
-        f"{result.get('n_cells', 2000)} fixed cells at each step (clock stopped while scoring); "
-        f"depth_r2: lower is better.\n",
-        header,
-        "|---" * (len(METRICS) + 2) + "|",
+        f"# Learning curves on {runs[0]['data']}, seed {runs[0]['seed']}\n",
+        f"Each model trained once with `max_time` = {runs[0]['budget_multiple']:g} x {budget:.0f} s at "
+        f"{runs[0]['threads']} thread(s), scored on {runs[0]['n_cells']} fixed cells at the same training seconds "
+        "(clock stopped while scoring); depth_r2: lower is better. PCA of log1p-CP10K for reference.\n",
     ]
-    for row in result["curve"]:
-        values = " | ".join(f"{row.get(m, float('nan')):.3f}" for m in METRICS)
-        lines.append(f"| {row['step']} | {row['train_s']:.0f} | {values} |")
-    for name, ref in result["references"].items():
-        trained = f" ({ref['train_s']:.0f} s)" if "train_s" in ref else ""
-        values = " | ".join(f"{ref[m]:.3f}" if m in ref else "–" for m in METRICS)
-        lines.append(f"| {name}{trained} | | {values} |")
-    json_path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    header = "| method | training s | step | " + " | ".join(METRICS) + " |"
+    lines += [header, "|---" * (len(METRICS) + 3) + "|"]
+    for run in runs:
+        name = run["method"] + (f" {json.dumps(run['model'])}" if run.get("model") else "")
+        for row in run["curve"]:
+            values = " | ".join(f"{row[m]:.3f}" if m in row else "–" for m in METRICS)
+            lines.append(f"| {name} | {row['train_s']:.0f} | {row['step']} | {values} |")
+    pca = runs[0]["pca"]
+    lines.append("| pca | | | " + " | ".join(f"{pca[m]:.3f}" if m in pca else "–" for m in METRICS) + " |")
+    out.write_text("\n".join(lines) + "\n")
 
     figure, axes = plt.subplots(1, len(METRICS), figsize=(3.2 * len(METRICS), 3), constrained_layout=True)
-    seconds = [row["train_s"] for row in result["curve"]]
     for axis, metric in zip(axes, METRICS, strict=True):
-        axis.plot(seconds, [row.get(metric, float("nan")) for row in result["curve"]], "o-", label="SCTrilemma")
-        for (name, ref), style in zip(result["references"].items(), ("--", ":"), strict=False):
-            if metric in ref:
-                axis.axhline(ref[metric], linestyle=style, color="grey" if name == "pca" else "black", label=name)
+        for run in runs:
+            seconds = [row["train_s"] for row in run["curve"]]
+            axis.plot(seconds, [row.get(metric, float("nan")) for row in run["curve"]], "o-", label=run["method"])
+        if metric in pca:
+            axis.axhline(pca[metric], linestyle=":", color="grey", label="pca")
         axis.axvline(budget, color="red", linewidth=0.8)
         axis.set_xscale("log")
         axis.set_xlabel("training seconds")
         axis.set_title(metric)
     axes[0].legend(fontsize=7)
-    figure.savefig(json_path.with_suffix(".png"), dpi=110)
+    figure.savefig(out.with_suffix(".png"), dpi=110)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--data", default="kang2018_pbmc_ctrl", choices=sorted(KEYS))
+    parser.add_argument("--method", default="sctrilemma", choices=["sctrilemma", "scvi"])
     parser.add_argument("--budget-s", type=float, default=240.0)
     parser.add_argument("--budget-multiple", type=float, default=10.0)
+    parser.add_argument("--steps", type=int, nargs="*", default=None, help="score at these global steps instead")
+    parser.add_argument("--model", default="{}", help="SCTrilemma keyword arguments over the small preset, as JSON")
+    parser.add_argument("--plan", default="{}", help="SCTrilemma plan_kwargs, as JSON")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n-cells", type=int, default=2000, help="cells scored at each checkpoint")
-    parser.add_argument("--json", default="benchmarks/results/quality/learning_curve.json")
-    parser.add_argument("--from-json", action="store_true", help="only redraw the table and figure from --json")
+    parser.add_argument("--json", default=None, help="write the curve here")
+    parser.add_argument("--report", nargs="+", default=None, help="draw these saved curves instead of training")
+    parser.add_argument("--out", default="benchmarks/results/quality/learning_curve.md")
     args = parser.parse_args()
-    if args.from_json:
-        report(json.loads(Path(args.json).read_text()), Path(args.json))
+    if args.report:
+        report([json.loads(Path(path).read_text()) for path in args.report], Path(args.out))
         return
-    adata = ad.read_h5ad(Path(args.data_dir) / DATA)
-    adata.obs[DONOR_KEY] = adata.obs[DONOR_KEY].astype(str)
-    cells = np.sort(np.random.default_rng(args.seed).choice(adata.n_obs, min(args.n_cells, adata.n_obs), replace=False))
-    sample = adata[cells].copy()
-    references = {"pca": score(pca_baseline(adata, seed=args.seed).embedding[cells], None, sample)}
-    torch.set_num_threads(TRAINING_THREADS)
-    scvi_result = scvi_baseline(adata, time_budget_s=args.budget_s, seed=args.seed)
-    references["scvi"] = score(scvi_result.embedding[cells], scvi_result.reconstruction[cells], sample)
-    references["scvi"]["train_s"] = scvi_result.train_seconds
-    print(json.dumps(references), flush=True)
-
-    torch.set_num_threads(TRAINING_THREADS)
-    scvi.settings.seed = args.seed
-    SCTrilemma.setup_anndata(adata, donor_key=DONOR_KEY)
-    model = SCTrilemma(adata, preset="small")
-    steps = [int(round(25 * 2 ** (k / 2))) for k in range(20)]
-    checkpoints = Checkpoints(model, cells, steps)
-    model.train(
-        max_epochs=10_000,
-        max_time=timedelta(seconds=args.budget_s * args.budget_multiple),
-        enable_progress_bar=False,
-        callbacks=[checkpoints],
-    )
-    result = {
-        "budget_s": args.budget_s,
-        "budget_multiple": args.budget_multiple,
-        "seed": args.seed,
-        "n_cells": int(cells.size),
-        "final_step": int(model.trainer.global_step),
-        "threads": int(os.environ.get("OMP_NUM_THREADS", 0)) or None,
-        "load_average_1min_at_end": os.getloadavg()[0],
-        "references": references,
-        "curve": checkpoints.rows,
-    }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2))
-    report(result, Path(args.json))
+    result = train(args)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

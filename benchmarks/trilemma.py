@@ -8,7 +8,8 @@ SCTrilemma's demand-targeted interventions (centroid shrinkage, donor centering 
 scorecard per dataset and seed, and ``summary.md`` with the mean ± SD over seeds of the headline metrics.
 
 Usage: ``python benchmarks/trilemma.py [--budget-s 240] [--seeds 0 1 2] [--n-repeats 5] [--quick] [--out DIR]
-[--json PATH]``.
+[--json PATH] [--datasets FILE ...]``; any other data set drops in with ``--h5ad PATH --label-key KEY --context-key
+KEY [--symbol-key KEY]``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ DATASETS = {
     # own patient), so its context is the batch (5 plates, 2 technologies).
     "kang2018_pbmc_ctrl.h5ad": ("cell_type", "donor", "gene_symbol"),
     "cellbench_lung_celllines.h5ad": ("cell_type", "batch", None),
+    "baron2016_pancreas_subset_cider.h5ad": ("cell_type", "species", None),
+    "zilionis2019_mouse_lung_cluey.h5ad": ("cell_type", "Animal", None),
 }
 GENE_SETS = "msigdb_hallmark_v7.0.symbols.gmt"
 
@@ -73,12 +76,14 @@ def run_dataset(
     scvi_donor: bool,
     model_kwargs: dict | None = None,
     plan_kwargs: dict | None = None,
+    keys: tuple[str, str, str | None] | None = None,
 ) -> dict:
-    label_key, context_key, symbol_key = DATASETS[path.name]
+    label_key, context_key, symbol_key = keys or DATASETS[path.name]
     # Every model trains on the threads the process started with: scanpy's preprocessing (in the PCA baseline of
     # the previous seed) raises PyTorch's thread count, which oversubscribed later seeds' training.
     torch.set_num_threads(TRAINING_THREADS)
     adata = ad.read_h5ad(path)
+    adata.obs_names_make_unique()
     adata.obs[context_key] = adata.obs[context_key].astype(str)
     budgets: dict[str, dict] = {}
 
@@ -188,20 +193,30 @@ def main() -> None:
     parser.add_argument(
         "--datasets", nargs="*", default=None, help=f"file names to run (default: all of {list(DATASETS)})"
     )
+    parser.add_argument("--h5ad", default=None, help="any .h5ad of raw counts, instead of --datasets")
+    parser.add_argument("--label-key", default=None, help="with --h5ad: the obs column of cell identities")
+    parser.add_argument("--context-key", default=None, help="with --h5ad: the obs column of donors or batches")
+    parser.add_argument("--symbol-key", default=None, help="with --h5ad: the var column of gene symbols, if any")
     parser.add_argument("--model", default="{}", help="SCTrilemma keyword arguments over the small preset, as JSON")
     parser.add_argument("--plan", default="{}", help="SCTrilemma plan_kwargs over the small preset's, as JSON")
     parser.add_argument("--out", default="benchmarks/results/trilemma")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     data_dir = Path(args.data_dir)
-    if not data_dir.is_dir():
+    if args.h5ad is None and not data_dir.is_dir():
         raise SystemExit(f"{data_dir} not found: this benchmark reads the shared real datasets.")
     budget, repeats = (20.0, 2) if args.quick else (args.budget_s, args.n_repeats)
     seeds = args.seeds[:1] if args.quick else args.seeds
     files = ["kang2018_pbmc_ctrl.h5ad"] if args.quick else (args.datasets or list(DATASETS))
-    unknown = set(files) - set(DATASETS)
+    keys = None
+    if args.h5ad is not None:
+        if args.label_key is None or args.context_key is None:
+            raise SystemExit("--h5ad needs --label-key and --context-key.")
+        data_dir, files = Path(args.h5ad).parent, [Path(args.h5ad).name]
+        keys = (args.label_key, args.context_key, args.symbol_key)
+    unknown = set(files) - set(DATASETS) if keys is None else set()
     if unknown:
-        raise SystemExit(f"Unknown datasets {sorted(unknown)}; choose from {list(DATASETS)}.")
+        raise SystemExit(f"Unknown datasets {sorted(unknown)}; choose from {list(DATASETS)} or pass --h5ad.")
     gene_sets = Path(args.gene_sets_dir) / GENE_SETS
     model_kwargs, plan_kwargs = json.loads(args.model), json.loads(args.plan)
     overrides = {key: value for key, value in (("model", model_kwargs), ("plan", plan_kwargs)) if value}
@@ -219,6 +234,7 @@ def main() -> None:
                 scvi_donor=args.scvi_donor,
                 model_kwargs=model_kwargs,
                 plan_kwargs=plan_kwargs,
+                keys=keys,
             )
             runs.append({"dataset": name, "seed": seed, **result})
             summary = summarize(runs, budget, overrides)
