@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from sctrilemma.benchmark import UpstreamStyleVAE
+from sctrilemma.benchmark._reference import UpstreamStyleVAE
 from sctrilemma.io._upstream import upstream_to_module_state
 from sctrilemma.model._presets import PRESETS
 from sctrilemma.module import SCTrilemmaModule

@@ -1,6 +1,6 @@
 """Our module against the plain upstream-style reference, side by side, with the same weights.
 
-The reference (:class:`sctrilemma.benchmark.UpstreamStyleVAE`) uses ``nn.MultiheadAttention``, the
+The reference (``sctrilemma.benchmark._reference.UpstreamStyleVAE``) uses ``nn.MultiheadAttention``, the
 two-linear E-Gate per token, every cell padded to the crop size, fp32. For each data set (synthetic cells
 with 2,000 expressed genes, and the real expressed-gene distributions of ``shared/data``) it reports the
 speed ratio of embedding, reconstruction and a training step, and the ratio of peak memory; outputs must

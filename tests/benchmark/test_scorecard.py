@@ -177,6 +177,9 @@ def test_interventions_on_a_trained_model(small_adata, tiny):
         indices=np.arange(10), gene_list=list(small_adata.var_names), library_size="observed"
     )
     np.testing.assert_allclose(decoded, expected.to_numpy(), rtol=1e-4, atol=1e-5)
+    for wrong in (tokens[:2, :-1], tokens[:2, :, :-1], tokens[0]):  # too few tokens, too narrow, no cell axis
+        with pytest.raises(ValueError, match="must have shape"):
+            model.decode_latent_tokens(wrong)
 
     outputs = intervention_outputs(model, small_adata, "donor", alphas=(0.0, 1.0))
     embedding = model.get_latent_representation()

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sctrilemma.benchmark import UpstreamStyleVAE
+from sctrilemma.benchmark._reference import UpstreamStyleVAE
 from sctrilemma.io._upstream import read_checkpoint_tensors, read_upstream_vocabulary, upstream_to_module_state
 from sctrilemma.module import SCTrilemmaModule
 

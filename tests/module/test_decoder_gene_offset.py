@@ -83,24 +83,6 @@ def test_invalid_value_raises(small_adata: ad.AnnData, tiny: dict, value) -> Non
         _module(small_adata, tiny, decoder_gene_offset=value)
 
 
-def test_a_model_saved_without_offsets_loads_with_zero_offsets(
-    small_adata: ad.AnnData, counts: torch.Tensor, tiny: dict
-) -> None:
-    """An older model's state loads strictly, computes the same function, and saved offsets are kept on load."""
-    old = _module(small_adata, tiny, seed=3, decoder_gene_offset=False).eval()
-    new = _module(small_adata, tiny, seed=4, decoder_gene_offset=True).eval()
-    with torch.no_grad():
-        new.decoder_gene_offset.weight.normal_()
-    trained_offsets = new.state_dict()["decoder_gene_offset.weight"].clone()
-    new.load_state_dict(old.state_dict())
-    assert torch.count_nonzero(new.decoder_gene_offset.weight) == 0
-    _assert_decodes_alike(old, new, counts[:8], n_genes=150)
-    state = new.state_dict()
-    state["decoder_gene_offset.weight"] = trained_offsets
-    new.load_state_dict(state)
-    torch.testing.assert_close(new.decoder_gene_offset.weight, trained_offsets, rtol=0, atol=0)
-
-
 def test_fast_evaluation_decoder_reads_the_offsets(small_adata: ad.AnnData, counts: torch.Tensor, tiny: dict) -> None:
     """The evaluation decoder's fast path computes the plain decoder with non-zero offsets, which change it."""
     module = _module(small_adata, tiny, decoder_gene_offset=True).eval()

@@ -144,37 +144,34 @@ class RecordRates(Callback):
         self.seen.append(tuple(group["lr"] for group in trainer.optimizers[0].param_groups))
 
 
-def test_gene_tables_learn_at_their_own_rates(small_adata, tiny):
-    """The gene embedding table and the decoder's gene offsets are their own optimizer groups, at multiples of the rate."""
+def test_decoder_gene_offsets_learn_at_their_own_rate(small_adata, tiny):
+    """The decoder's gene offsets are their own optimizer group, at a multiple of the rate."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     model = SCTrilemma(small_adata, preset="small", **tiny)
-    embedding, offset = model.module.gene_embedding.weight, model.module.decoder_gene_offset.weight
+    offset = model.module.decoder_gene_offset.weight
     rates = RecordRates()
     model.train(
         max_steps=4,
         batch_size=32,
         enable_progress_bar=False,
-        plan_kwargs={"gene_embedding_lr_scale": 7.0, "decoder_gene_offset_lr_scale": 3.0},
+        plan_kwargs={"decoder_gene_offset_lr_scale": 3.0},
         callbacks=[rates],
     )
-    shared, *own = model.trainer.optimizers[0].param_groups
-    assert [len(group["params"]) for group in own] == [1, 1]
-    assert own[0]["params"][0] is embedding
-    assert own[1]["params"][0] is offset
-    assert all(p is not embedding and p is not offset for p in shared["params"])
-    assert len(shared["params"]) == sum(1 for p in model.module.parameters() if p.requires_grad) - 2
-    assert [group["initial_lr"] for group in own] == pytest.approx(
-        [7.0 * shared["initial_lr"], 3.0 * shared["initial_lr"]]
-    )
-    # the warm-up and cosine decay scale every group at every step
+    shared, own = model.trainer.optimizers[0].param_groups
+    assert len(own["params"]) == 1
+    assert own["params"][0] is offset
+    assert all(p is not offset for p in shared["params"])
+    assert len(shared["params"]) == sum(1 for p in model.module.parameters() if p.requires_grad) - 1
+    assert own["initial_lr"] == pytest.approx(3.0 * shared["initial_lr"])
+    # the warm-up and cosine decay scale both groups at every step
     assert len(rates.seen) == 4
-    for lr, embedding_lr, offset_lr in rates.seen:
+    for lr, offset_lr in rates.seen:
         assert lr > 0
-        assert (embedding_lr, offset_lr) == pytest.approx((7.0 * lr, 3.0 * lr))
-    # the small preset's defaults: the embeddings at the rate, the offsets at twice it
+        assert offset_lr == pytest.approx(3.0 * lr)
+    # the small preset's default: the offsets at twice the rate
     model.train(max_steps=1, batch_size=32, enable_progress_bar=False)
     plan = model.trainer.lightning_module
-    assert (plan.gene_embedding_lr_scale, plan.decoder_gene_offset_lr_scale) == (1.0, 2.0)
+    assert plan.decoder_gene_offset_lr_scale == 2.0
     shared, own = model.trainer.optimizers[0].param_groups
     assert len(own["params"]) == 1
     assert own["params"][0] is offset
@@ -183,7 +180,6 @@ def test_gene_tables_learn_at_their_own_rates(small_adata, tiny):
     paper_like = SCTrilemma(small_adata, preset="small", decoder_gene_offset=False, **tiny)
     paper_like.train(max_steps=1, batch_size=32, enable_progress_bar=False)
     assert len(paper_like.trainer.optimizers[0].param_groups) == 1
-    for name in ("gene_embedding_lr_scale", "decoder_gene_offset_lr_scale"):
-        for wrong in (0.0, -1.0, "auto", True):
-            with pytest.raises(ValueError, match=f"`{name}` must be a positive number"):
-                model.train(max_steps=1, enable_progress_bar=False, plan_kwargs={name: wrong})
+    for wrong in (0.0, -1.0, "auto", True):
+        with pytest.raises(ValueError, match="`decoder_gene_offset_lr_scale` must be a positive number"):
+            model.train(max_steps=1, enable_progress_bar=False, plan_kwargs={"decoder_gene_offset_lr_scale": wrong})

@@ -1,6 +1,5 @@
 from ._baselines import BaselineResult, pca_baseline, scvi_baseline
 from ._interventions import intervention_outputs
-from ._reference import UpstreamStyleVAE
 from ._scorecard import ContextInvariance, ExpressionFidelity, Identity, Scorecard, Skipped
 
 __all__ = [
@@ -10,7 +9,6 @@ __all__ = [
     "Identity",
     "Scorecard",
     "Skipped",
-    "UpstreamStyleVAE",
     "intervention_outputs",
     "pca_baseline",
     "scvi_baseline",

@@ -50,11 +50,6 @@ PCA_INIT_MIN_GENES = 3000
 TRAINING_DECODE_BUDGET = 8192
 
 
-def _zero_offsets_if_absent(module: SCTrilemmaModule, state_dict: dict, prefix: str, *args) -> None:
-    """Let a model saved before the decoder had its own gene offsets load with zero offsets: the same function."""
-    state_dict.setdefault(f"{prefix}decoder_gene_offset.weight", torch.zeros_like(module.decoder_gene_offset.weight))
-
-
 class SCTrilemmaModule(
     MinifiedModeModuleMixin,
     AnalysisModuleMixin,
@@ -187,7 +182,6 @@ class SCTrilemmaModule(
         self.decoder_gene_offset = None
         if decoder_gene_offset:  # zero at the start, drawing no random numbers (other weights start unchanged)
             self.decoder_gene_offset = nn.Embedding.from_pretrained(torch.zeros(n_input, n_hidden), freeze=False)
-            self.register_load_state_dict_pre_hook(_zero_offsets_if_absent)
         if posterior_logvar_init != 0.0:
             nn.init.constant_(self.to_logvar.bias, posterior_logvar_init)
         self.pooling = TokenPooling(n_hidden, pooling=pooling)

@@ -56,11 +56,6 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         The KL weight rises linearly from ``min_kl_weight`` to ``max_kl_weight`` over
         ``kl_warmup_fraction`` of the planned steps, at most ``max_kl_warmup_steps``. Ignored when
         ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
-    gene_embedding_lr_scale
-        Learning rate of the gene embedding table as a multiple of ``lr`` (``1``, one rate for all, is the
-        default of both presets). A gene's embedding only moves in the steps where that gene is one of a cell's
-        tokens or targets; on many genes the small preset starts the embeddings from the data instead
-        (``gene_embedding_init`` of :class:`~sctrilemma.module.SCTrilemmaModule`).
     decoder_gene_offset_lr_scale
         Learning rate of the decoder's gene offsets (``decoder_gene_offset`` of the module), as a multiple of ``lr``;
         ignored by a module without them. The small preset's default is 2 (``TRAINING_DEFAULTS``).
@@ -83,16 +78,12 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         max_lr_warmup_steps: int = 1250,
         kl_warmup_fraction: float = 0.1,
         max_kl_warmup_steps: int = 2500,
-        gene_embedding_lr_scale: float = 1.0,
         decoder_gene_offset_lr_scale: float = 1.0,
         **kwargs,
     ) -> None:
-        for name, scale in {
-            "gene_embedding_lr_scale": gene_embedding_lr_scale,
-            "decoder_gene_offset_lr_scale": decoder_gene_offset_lr_scale,
-        }.items():
-            if isinstance(scale, bool) or not (isinstance(scale, int | float) and scale > 0):
-                raise ValueError(f"`{name}` must be a positive number, got {scale!r}.")
+        scale = decoder_gene_offset_lr_scale
+        if isinstance(scale, bool) or not (isinstance(scale, int | float) and scale > 0):
+            raise ValueError(f"`decoder_gene_offset_lr_scale` must be a positive number, got {scale!r}.")
         super().__init__(
             module,
             optimizer=optimizer,
@@ -108,7 +99,6 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         self.max_lr_warmup_steps = max_lr_warmup_steps
         self.kl_warmup_fraction = kl_warmup_fraction
         self.max_kl_warmup_steps = max_kl_warmup_steps
-        self.gene_embedding_lr_scale = float(gene_embedding_lr_scale)
         self.decoder_gene_offset_lr_scale = float(decoder_gene_offset_lr_scale)
 
     def time_progress(self) -> float:
@@ -119,23 +109,19 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         return 0.0
 
     def get_optimizer_creator(self) -> Callable:
-        """scvi-tools' optimizer creator, given the gene tables with a scaled rate as their own groups."""
+        """scvi-tools' optimizer creator, with the decoder's gene offsets as their own group at a scaled rate."""
         creator = super().get_optimizer_creator()
         offset = self.module.decoder_gene_offset
-        scales = {self.module.gene_embedding.weight: self.gene_embedding_lr_scale}
-        if offset is not None:
-            scales[offset.weight] = self.decoder_gene_offset_lr_scale
-        scales = {weight: scale for weight, scale in scales.items() if scale != 1.0}
-        if not scales:
+        if offset is None or self.decoder_gene_offset_lr_scale == 1.0:
             return creator
 
-        def with_scaled_groups(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        def with_offset_group(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
             params = list(params)
-            groups = [{"params": [p for p in params if p not in scales]}]
-            groups += [{"params": [p], "lr": self.lr * scales[p]} for p in params if p in scales]
+            groups = [{"params": [p for p in params if p is not offset.weight]}]
+            groups += [{"params": [offset.weight], "lr": self.lr * self.decoder_gene_offset_lr_scale}]
             return creator(groups)
 
-        return with_scaled_groups
+        return with_offset_group
 
     def configure_optimizers(self) -> dict:
         """AdamW with a per-step warm-up + cosine schedule, sized from the trainer's step and time budgets."""

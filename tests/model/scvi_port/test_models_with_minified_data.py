@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+import scvi
 from scvi.data import synthetic_iid
 from scvi.data._constants import ADATA_MINIFY_TYPE
 from scvi.data._utils import _is_minified
 from scvi.model.base import BaseMinifiedModeModelClass
 
-import scvi
 from sctrilemma import SCTrilemma
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def prep_model(layer: str | None = None) -> tuple[SCTrilemma, AnnData, npt.NDArr
 
 
 def assert_approx_equal(a, b):
-    np.testing.assert_allclose(a, b, rtol=3e-1, atol=5e-1)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def run_test_for_model_with_minified_adata(n_samples: int = 1, give_mean: bool = False, layer: str | None = None):
@@ -132,7 +132,7 @@ def test_scvi_with_minified_adata_get_normalized_expression():
     exprs_new = model.get_normalized_expression()
     assert exprs_new.shape == adata.shape
 
-    np.testing.assert_allclose(exprs_new, exprs_orig, rtol=3e-1, atol=5e-1)
+    np.testing.assert_allclose(exprs_new, exprs_orig, rtol=1e-5, atol=1e-6)
 
 
 def test_scvi_with_minified_adata_get_normalized_expression_non_default_gene_list():
@@ -160,7 +160,7 @@ def test_scvi_with_minified_adata_get_normalized_expression_non_default_gene_lis
     exprs_new = exprs_new[1:].mean(0)
 
     assert exprs_new.shape == (adata.shape[0], 5)
-    np.testing.assert_allclose(exprs_new, exprs_orig, rtol=3e-1, atol=5e-1)
+    np.testing.assert_allclose(exprs_new, exprs_orig, rtol=1e-5, atol=1e-6)
 
 
 def test_validate_unsupported_if_minified():
@@ -256,7 +256,7 @@ def test_scvi_with_minified_adata_save_then_load(save_path):
     scvi.settings.seed = 1
     params_latent = loaded_model.get_likelihood_parameters()
     assert params_latent["mean"].shape == adata.shape
-    np.testing.assert_allclose(params_latent["mean"], params_orig["mean"], rtol=3e-1, atol=5e-1)
+    np.testing.assert_allclose(params_latent["mean"], params_orig["mean"], rtol=1e-5, atol=1e-6)
 
 
 def test_scvi_with_minified_adata_save_then_load_with_non_minified_adata(save_path):

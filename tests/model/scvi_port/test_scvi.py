@@ -2,7 +2,9 @@
 
 Same calls and assertions with ``batch_key`` -> ``donor_key``, a tiny model and ``synthetic_iid(batch_size=100)``
 (200 cells x 100 genes). Checks that need a batch covariate (``transform_batch`` with effect, batch embeddings),
-labels, scVI-only likelihood or library options, or scVI's pickle formats are skipped with the reason.
+labels, scVI-only likelihood or library options, or scVI's pickle formats are skipped with the reason. Tests of
+options SCTrilemma does not have are left out: importance-weighted DE (it needs scVI's per-cell importance weights of
+z), extra categorical or continuous covariates, per-batch/label/cell dispersion, and batch embeddings.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import anndata
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import scvi
 import torch
 from scvi.data import _constants, synthetic_iid
 
-import scvi
 from sctrilemma import SCTrilemma
 
 TINY = {"n_hidden": 32, "n_latent_tokens": 4, "crop_size": 64, "n_encoder_layers": 1, "n_decoder_layers": 1}
@@ -187,11 +189,6 @@ def test_scvi():
     model.differential_expression(idx1=[0, 1, 2], **kwargs)
 
 
-@pytest.mark.skip(reason="weights='importance' is not supported: it needs scVI's per-cell importance weights of z")
-def test_de_importance_weights():
-    pass
-
-
 def test_scvi_sparse():
     adata = _synthetic()
     adata.X = sp.csr_matrix(adata.X)
@@ -254,11 +251,6 @@ def test_backed_anndata_scvi(save_path):
     model.get_elbo()
 
 
-@pytest.mark.skip(reason="categorical/continuous covariates and encode_covariates are scVI-only (no covariates)")
-def test_multiple_covariates_scvi():
-    pass
-
-
 def test_early_stopping():
     n_epochs = 100
     adata = _synthetic()
@@ -266,11 +258,6 @@ def test_early_stopping():
     model = _model(adata)
     model.train(n_epochs, early_stopping=True, plan_kwargs={"lr": 0})
     assert len(model.history["elbo_train"]) < n_epochs
-
-
-@pytest.mark.skip(reason="dispersion='gene-batch'/'gene-label'/'gene-cell' are scVI-only: dispersion is per gene")
-def test_scvi_dispersion():
-    pass
 
 
 def test_scarches_data_prep(save_path):
@@ -382,8 +369,3 @@ def test_scvi_with_external_indices():
     assert model.get_marginal_ll(n_mc_samples=3, return_mean=False).shape == (adata.n_obs,)
     assert model.get_reconstruction_error()["reconstruction_loss"].ndim == 0
     assert model.get_normalized_expression(n_samples=2).shape == (adata.n_obs, adata.n_vars)
-
-
-@pytest.mark.skip(reason="batch embeddings (batch_representation='embedding') need a batch covariate")
-def test_scvi_batch_embeddings():
-    pass
