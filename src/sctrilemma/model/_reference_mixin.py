@@ -171,8 +171,8 @@ class ReferenceMixin:
         dir_path
             Directory with ``<prefix>model.safetensors``.
         adata
-            Data with the model's genes to attach; by default the saved ``adata.h5ad`` if there is one,
-            else none (the model embeds data passed later).
+            Data with the model's genes to attach (a query mapped by :meth:`prepare_query_anndata`, for one); by
+            default the saved ``adata.h5ad`` if there is one, else none (the model embeds data passed later).
         accelerator, device
             Where to put the model (scvi-tools conventions).
         prefix
