@@ -74,7 +74,7 @@ BATCH_SIZES: dict[str, int] = {"paper": 256, "small": 64}
 # Training length when ``train()`` is given neither ``max_epochs`` nor ``max_steps``. The paper preset keeps scVI's
 # epoch heuristic with a cap of 50 epochs (each cell costs far more than in scVI). The small preset's embedding
 # separates cell types best after about a thousand steps and loses some of it with longer training, so its default
-# is a number of steps (benchmarks/results/quality/NOTES.md, "Sixth round").
+# is a number of steps (benchmarks/results/quality/NOTES.md).
 DEFAULT_EPOCHS_CAP = 50
 DEFAULT_STEPS: dict[str, int | None] = {"paper": None, "small": 1200}
 

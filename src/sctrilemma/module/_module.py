@@ -46,7 +46,7 @@ GeneEmbeddingInit = Literal["normal", "pca", "auto"]
 PCA_INIT_MIN_GENES = 3000
 # Gene queries decoded at once in CPU training: one group's activations stay in cache from one operator to the
 # next, forward and backward (measured 12-16 % off a small-preset step;
-# benchmarks/results/quality/NOTES.md, "Third round").
+# benchmarks/results/quality/NOTES.md).
 TRAINING_DECODE_BUDGET = 8192
 
 

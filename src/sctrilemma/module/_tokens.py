@@ -14,8 +14,7 @@ from torch import nn
 
 TARGET_SUM = 1e4
 # Genes expressed in fewer than this fraction of the cells trained on so far are "rare" for the decoder's target
-# sample, and this share of its zero-count positions samples them (benchmarks/results/quality/NOTES.md,
-# "Seventh round").
+# sample, and this share of its zero-count positions samples them (benchmarks/results/quality/NOTES.md).
 RARE_GENE_DETECTION = 0.02
 RARE_ZERO_SHARE = 0.125
 
