@@ -44,7 +44,7 @@ KEYS = {  # data set: (label key, context key)
     "baron2016_pancreas_subset_cider": ("cell_type", "species"),
     "zilionis2019_mouse_lung_cluey": ("cell_type", "Animal"),
 }
-METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard")
+METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard", "rec_val")
 CHECKPOINTS = (0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0)
 TRAINING_THREADS = torch.get_num_threads()
 
