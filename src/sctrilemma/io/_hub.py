@@ -166,7 +166,7 @@ def pull_hub_reference(
     pull_anndata
         Also fetch ``adata.h5ad`` if the repository has one.
     **snapshot_kwargs
-        Passed to :func:`huggingface_hub.snapshot_download` (e.g. ``token``, ``local_dir``).
+        Passed to ``huggingface_hub.snapshot_download`` (e.g. ``token``, ``local_dir``).
     """
     from huggingface_hub import snapshot_download
     from scvi.hub import HubModel
