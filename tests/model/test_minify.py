@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scvi
 from scvi.data import synthetic_iid
 from scvi.data._constants import _ADATA_MINIFY_TYPE_UNS_KEY, ADATA_MINIFY_TYPE
 from scvi.data._utils import _is_minified
 
-import scvi
 from sctrilemma import SCTrilemma
 
 
@@ -61,7 +61,8 @@ def test_minify_computes_token_posteriors_and_keeps_user_data():
     expression = model.get_normalized_expression(library_size="latent")
     model.minify_adata()
     assert model.minified_data_type == ADATA_MINIFY_TYPE.LATENT_POSTERIOR
-    assert not _is_minified(adata) and set(adata.obsm) == set(adata_before_setup.obsm)
+    assert not _is_minified(adata)
+    assert set(adata.obsm) == set(adata_before_setup.obsm)
     assert model.adata.X.nnz == 0
     np.testing.assert_array_equal(model.adata.obsm["sctrilemma_latent_qzm"], qzm.reshape(adata.n_obs, -1))
     np.testing.assert_array_equal(model.adata.obsm["sctrilemma_latent_qzv"], qzv.reshape(adata.n_obs, -1))
@@ -85,7 +86,8 @@ def test_full_data_reattached_after_minification():
     latent = model.get_latent_representation()
     model.minify_adata()
     model.adata = adata_before_setup
-    assert model.minified_data_type is None and model.module.minified_data_type is None
+    assert model.minified_data_type is None
+    assert model.module.minified_data_type is None
     np.testing.assert_array_equal(model.get_latent_representation(), latent)
     model.train(1, train_size=0.5)
     assert model.is_trained

@@ -157,7 +157,8 @@ def test_prepare_query_anndata(
 
     # scVI's defaults: the reference's genes on request, and in place otherwise
     names = SCTrilemma.prepare_query_anndata(query, reference, return_reference_var_names=True)
-    assert isinstance(names, pd.Index) and names.tolist() == vocabulary.tolist()
+    assert isinstance(names, pd.Index)
+    assert names.tolist() == vocabulary.tolist()
     _assert_unchanged(query, before)
     assert SCTrilemma.prepare_query_anndata(query, reference_dir) is None
     assert query.var_names.tolist() == vocabulary.tolist()

@@ -25,7 +25,8 @@ def _trained(adata, **train_kwargs) -> SCTrilemma:
 
 
 @pytest.mark.parametrize(
-    ("argument", "value"), [("batch_key", "donor"), ("labels_key", "cell_type"), ("categorical_covariate_keys", ["donor"])]
+    ("argument", "value"),
+    [("batch_key", "donor"), ("labels_key", "cell_type"), ("categorical_covariate_keys", ["donor"])],
 )
 def test_scvi_covariates_point_to_donor_key(adata, argument, value):
     with pytest.raises(ValueError, match=rf"has no `{argument}` .*donor_key|has no `{argument}`"):
@@ -50,7 +51,8 @@ def test_save_anndata_prefix_and_splits_round_trip(adata, tmp_path):
     with pytest.raises(FileNotFoundError, match="No sctrilemma reference"):
         SCTrilemma.load(tmp_path / "out")
     loaded = SCTrilemma.load(tmp_path / "out", prefix="run1_")
-    assert loaded.adata is not None and loaded.adata.n_obs == adata.n_obs
+    assert loaded.adata is not None
+    assert loaded.adata.n_obs == adata.n_obs
     np.testing.assert_allclose(loaded.get_latent_representation(), latent, atol=1e-5)
     for name in ("train_indices", "validation_indices", "test_indices"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))

@@ -15,8 +15,8 @@ from scvi.model.utils import get_minified_adata_scrna
 if TYPE_CHECKING:
     from anndata import AnnData
     from mudata import MuData
-    from scvi.data import AnnDataManager
     from scvi._types import MinifiedDataType
+    from scvi.data import AnnDataManager
     from scvi.data.fields import BaseAnnDataField
 
 
