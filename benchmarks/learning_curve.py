@@ -34,16 +34,13 @@ import scvi
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
 from sklearn.decomposition import PCA
+from trilemma import DATASETS
 
 from sctrilemma import SCTrilemma, metrics
 from sctrilemma.benchmark import pca_baseline
 
-KEYS = {  # data set: (label key, context key)
-    "kang2018_pbmc_ctrl": ("cell_type", "donor"),
-    "cellbench_lung_celllines": ("cell_type", "batch"),
-    "baron2016_pancreas_subset_cider": ("cell_type", "species"),
-    "zilionis2019_mouse_lung_cluey": ("cell_type", "Animal"),
-}
+# data set: (label key, context key), the same data sets and keys as the trilemma benchmark
+KEYS = {Path(name).stem: (label, context) for name, (label, context, _) in DATASETS.items()}
 METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard", "rec_val")
 CHECKPOINTS = (0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0)
 TRAINING_THREADS = torch.get_num_threads()
