@@ -3,9 +3,9 @@
 Each measurement runs in a fresh Python process (peak RSS: ``VmHWM`` of ``/proc/self/status``); the model is the shipped
 example reference, the cells are the shipped example repeated. Out of core, peak RSS should not grow with the
 number of cells (apart from the ``(n_cells, 64)`` float32 embedding itself, 7.7 MB at 30,000 cells). Every mode runs
-under three allocator settings (``ALLOCATORS``): sctrilemma's glibc tuning (``sctrilemma._allocator``, the default),
-glibc's defaults, and fixed glibc thresholds. The first two keep freed activation buffers, whose sizes vary from batch
-to batch, and the heap then grows with the number of batches; with fixed thresholds the streamed paths stay flat.
+under three glibc allocator settings (``ALLOCATORS``): raised mmap/trim thresholds, glibc's defaults, and fixed
+thresholds. The first two keep freed activation buffers, whose sizes vary from batch to batch, and the heap then grows
+with the number of batches; with fixed thresholds the streamed paths stay flat.
 
     python benchmarks/out_of_core_memory.py [--quick] [--json results/out_of_core_memory.json]
 """
@@ -24,12 +24,12 @@ from pathlib import Path
 
 BASE_CELLS = 3000
 MODES = ("in-memory h5ad", "backed h5ad", "SOMA query")
-# Allocator settings: sctrilemma's default glibc tuning, glibc's defaults, and fixed glibc thresholds (no dynamic
-# mmap threshold, so freed activation buffers go back to the OS instead of fragmenting the heap).
+# Allocator settings: raised glibc thresholds (freed memory kept for reuse), glibc's defaults, and fixed glibc
+# thresholds (no dynamic mmap threshold, so freed activation buffers go back to the OS instead of fragmenting the heap).
 ALLOCATORS = {
-    "sctrilemma": {"SCTRILEMMA_TUNE_MALLOC": "1"},
-    "glibc": {"SCTRILEMMA_TUNE_MALLOC": "0"},
-    "fixed": {"SCTRILEMMA_TUNE_MALLOC": "0", "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"},
+    "raised": {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str((1 << 31) - 1)},
+    "glibc": {},
+    "fixed": {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"},
 }
 
 

@@ -11,8 +11,9 @@ With ``--settings`` (JSON: name -> overrides of ``PRESETS["small"]``) settings o
 one process instead, steps interleaved, the first setting as the reference, on ``--batch`` cells of ``--data``
 (a file of ``--data-dir``; default the shipped example).
 
-``--tune-malloc`` keeps freed memory for reuse in both sides, as ``train`` does in both codes
-(``sctrilemma._allocator``); without it each step also pays the page faults of fresh activation memory.
+``--tune-malloc`` keeps freed memory for reuse in both sides (glibc's ``MALLOC_MMAP_THRESHOLD_`` and
+``MALLOC_TRIM_THRESHOLD_`` raised through the environment); without it each step may also pay the page faults of
+fresh activation memory.
 
 Usage: ``python benchmarks/training_step.py [--steps 8] [--rounds 3] [--threads N] [--baseline COMMIT]
 [--tune-malloc] [--json PATH]``; ``python benchmarks/training_step.py --threads 1 --batch 64 --data
@@ -33,6 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# glibc keeps freed blocks for reuse instead of unmapping them after every step (``--tune-malloc``).
+RETAIN_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str((1 << 31) - 1)}
+
 # Run by each subprocess against the ``sctrilemma`` on its ``PYTHONPATH``: prints seconds per step as JSON.
 STEP_TIMER = """
 import json, sys, time
@@ -41,12 +45,9 @@ from scvi import REGISTRY_KEYS
 import sctrilemma
 from sctrilemma.model._presets import PRESETS
 from sctrilemma.module import SCTrilemmaModule
-n_steps, batch_size, threads, tune_malloc = (int(value) for value in sys.argv[1:5])
+n_steps, batch_size, threads = (int(value) for value in sys.argv[1:4])
 if threads:
     torch.set_num_threads(threads)
-if tune_malloc:
-    from sctrilemma._allocator import retain_freed_memory
-    retain_freed_memory()
 adata = sctrilemma.data.load_example()
 x = torch.as_tensor(adata.X[:batch_size].toarray(), dtype=torch.float32)
 torch.manual_seed(0)
@@ -69,16 +70,8 @@ def subprocess_steps(
     src: Path, n_steps: int, batch_size: int, threads: int | None, tune_malloc: bool = False
 ) -> list[float]:
     """Seconds per training step of the package under ``src``, timed in a fresh interpreter."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    command = [
-        sys.executable,
-        "-c",
-        STEP_TIMER,
-        str(n_steps),
-        str(batch_size),
-        str(threads or 0),
-        str(int(tune_malloc)),
-    ]
+    env = {**os.environ, "PYTHONPATH": str(src), **(RETAIN_FREED_MEMORY if tune_malloc else {})}
+    command = [sys.executable, "-c", STEP_TIMER, str(n_steps), str(batch_size), str(threads or 0)]
     output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -154,9 +147,10 @@ def main() -> None:
 
             torch.set_num_threads(args.threads)
         if args.tune_malloc:
-            from sctrilemma._allocator import retain_freed_memory
-
-            retain_freed_memory()
+            parser.error(
+                "--tune-malloc runs subprocesses (--baseline); with --settings set the variables of "
+                "RETAIN_FREED_MEMORY in the environment instead"
+            )
         seconds = compare_settings(args.settings, args.data, args.data_dir, args.batch, args.steps)
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     first = next(iter(medians))

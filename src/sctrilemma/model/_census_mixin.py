@@ -10,7 +10,6 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from scvi.model.base import UnsupervisedTrainingMixin
 
-from sctrilemma._allocator import retain_freed_memory
 from sctrilemma.data._census import CENSUS_OBS_FILTER, group_codes
 from sctrilemma.model._presets import recipe_trainer_kwargs, training_length
 
@@ -125,7 +124,6 @@ class CensusMixin:
         """Train on the bound data module; the same recipe as the in-memory path."""
         datamodule = self.datamodule
         self.module.train()
-        retain_freed_memory()
         if trainer_kwargs.get("sync_batchnorm") and not uses_cuda:
             raise ValueError(
                 "`sync_batchnorm=True` converts BatchNorm to torch.nn.SyncBatchNorm, which runs only on GPU. Leave it "

@@ -14,7 +14,6 @@ from scvi.data._utils import _check_if_view
 from scvi.model.base import BaseMinifiedModeModelClass, RNASeqMixin, UnsupervisedTrainingMixin, VAEMixin
 from scvi.utils import setup_anndata_dsp
 
-from sctrilemma._allocator import retain_freed_memory
 from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma._validation import (
     check_cell_expression,
@@ -364,9 +363,7 @@ class SCTrilemma(
         AdamW (lr 2e-4 for the paper preset, weight decay 1e-4), linear warm-up over 5 % of steps then cosine decay,
         KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and
         ``precision="bf16-mixed"`` on CUDA. Cells with fewer than ``min_expressed_genes`` expressed
-        genes are left out of training (they go to the test split). On Linux, glibc is told to keep
-        freed activation memory for reuse (see ``sctrilemma._allocator``; ``SCTRILEMMA_TUNE_MALLOC=0``
-        turns this off).
+        genes are left out of training (they go to the test split).
 
         Parameters
         ----------
@@ -414,7 +411,6 @@ class SCTrilemma(
         if check_memory and not _uses_cuda(accelerator):
             batch_size = fit_batch_to_memory(self.module, self.summary_stats.n_vars, batch_size, self._preset)
         self.module.train()
-        retain_freed_memory()
         n_expressed = expressed_genes_per_cell(self.adata_manager)  # refuses cells without counts before training
         self._prepare_prior(self.adata)
         initialize_gene_embedding(self)
