@@ -136,18 +136,6 @@ def test_short_context_block_matches_the_block(perturb_norms_and_biases) -> None
     assert F.cosine_similarity(out_bf16, expected, dim=-1).min() > 0.999
 
 
-def test_training_attention_path_matches_sdpa(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The explicit CPU training path (used for its cheaper dropout mask) is SDPA's attention."""
-    torch.manual_seed(0)
-    attention = CrossAttention(32, n_heads=4, dropout_rate=0.2)
-    queries, context = torch.randn(3, 12, 32), torch.randn(3, 11, 32)
-    mask = torch.arange(11) < torch.tensor([[11], [7], [1]])
-    assert not attention._absorbs_context(queries, context)
-    expected = attention.eval()(queries, context, mask)
-    monkeypatch.setattr("sctrilemma.nn._attention.dropout", lambda x, p: x)
-    torch.testing.assert_close(attention.train()(queries, context, mask), expected, rtol=1e-5, atol=1e-6)
-
-
 def test_gated_silu_gradient_matches_autograd() -> None:
     torch.manual_seed(0)
     hidden = torch.randn(3, 7, 10, dtype=torch.float64, requires_grad=True)

@@ -1,13 +1,11 @@
 from ._attention import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock
 from ._batchnorm import RankSyncedBatchNorm1d
-from ._dropout import Dropout, dropout
 from ._feedforward import SwiGLU
 from ._gates import ExpressionGate, QueryRouter, TokenPooling
 
 __all__ = [
     "CrossAttention",
     "CrossAttentionBlock",
-    "Dropout",
     "ExpressionGate",
     "LongContextBlock",
     "QueryRouter",
@@ -15,5 +13,4 @@ __all__ = [
     "ShortContextBlock",
     "SwiGLU",
     "TokenPooling",
-    "dropout",
 ]

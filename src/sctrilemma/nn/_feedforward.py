@@ -6,8 +6,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sctrilemma.nn._dropout import Dropout
-
 
 class _GatedSiLU(torch.autograd.Function):
     """``silu(gate) * value`` of ``hidden = [gate, value]``, saving only ``hidden`` for the backward pass.
@@ -49,7 +47,7 @@ class SwiGLU(nn.Module):
         super().__init__()
         self.proj_in = nn.Linear(n_hidden, 2 * n_ffn)
         self.proj_out = nn.Linear(n_ffn, n_hidden)
-        self.dropout = Dropout(dropout_rate)
+        self.dropout = nn.Dropout(dropout_rate)
 
     def forward(self, x: torch.Tensor, input_scale: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the layer to ``x`` of shape ``(..., n_hidden)``, times ``input_scale`` ``(n_hidden,)`` if given.
