@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from sctrilemma.module import expressed_crop, training_crop
-from sctrilemma.module._tokens import log_normalize
 
 
 def _assert_no_duplicates(genes: torch.Tensor) -> None:
@@ -106,12 +105,6 @@ def test_expressed_crop_of_an_empty_batch_has_width_one() -> None:
     crop = expressed_crop(torch.zeros(3, 10), 8)
     assert crop.genes.shape == (3, 1)
     assert not crop.mask.any()
-
-
-def test_log_normalize(counts: torch.Tensor) -> None:
-    library = counts.sum(1, keepdim=True)
-    expected = np.log1p(1e4 * counts.numpy() / library.numpy())
-    np.testing.assert_allclose(log_normalize(counts, library).numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_expressed_crop_breaks_ties_by_gene_order() -> None:

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sctrilemma._normalize import TARGET_SUM
+
 LOGVAR_MIN, LOGVAR_MAX = -4.0, 2.0
-TARGET_SUM = 1e4
 PAD_INDEX = 0
 
 

@@ -18,8 +18,8 @@ import pandas as pd
 import scipy.sparse as sp
 from scvi.utils import dependencies, track
 
+from sctrilemma._normalize import TARGET_SUM
 from sctrilemma.data._example import load_example
-from sctrilemma.data._pseudobulk import TARGET_SUM
 
 if TYPE_CHECKING:
     import tiledbsoma

@@ -9,11 +9,10 @@ import numpy as np
 import scipy.sparse as sp
 from scvi.utils import track
 
+from sctrilemma._normalize import TARGET_SUM
 from sctrilemma._validation import ROW_CHUNK
 
 logger = logging.getLogger(__name__)
-
-TARGET_SUM = 1e4
 
 
 def pseudobulk_profiles(

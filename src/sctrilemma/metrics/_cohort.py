@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.stats import spearmanr
 
+from sctrilemma._normalize import log1p_cp10k
 from sctrilemma._validation import check_counts
 
 from ._context import bras
@@ -370,8 +371,7 @@ def program_scores(X_counts: ArrayLike | sp.spmatrix, gene_sets: Sequence[ArrayL
         genes = np.asarray(genes, dtype=int)
         if genes.size == 0 or genes.min() < 0 or genes.max() >= X.shape[1]:
             raise ValueError(f"`gene_sets[{p}]` must hold 1+ column indices in [0, {X.shape[1]}); got {genes}.")
-        block = (sp.diags(1e4 / totals) @ X[:, genes]).toarray()
-        columns.append(np.log1p(block).mean(axis=1))
+        columns.append(np.asarray(log1p_cp10k(X[:, genes], library_size=totals).mean(axis=1)).ravel())
     return np.stack(columns, axis=1)
 
 

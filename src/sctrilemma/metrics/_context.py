@@ -19,10 +19,10 @@ from sklearn.linear_model import LinearRegression
 from sklearn.model_selection import KFold, cross_val_predict
 from sklearn.neighbors import NearestNeighbors
 
+from sctrilemma._normalize import log1p_cp10k
 from sctrilemma._validation import check_counts
 
 from ._errors import check_embedding, check_labels, l2_normalize, require_classes, skip
-from ._fidelity import log1p_cp10k
 from ._identity import exact_neighbors
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.stats import rankdata
 
+from sctrilemma._normalize import log1p_cp10k
 from sctrilemma._validation import ROW_CHUNK
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 logger = logging.getLogger(__name__)
-
-TARGET_SUM = 1e4
 
 
 # ----------------------------------------------------------------------------- validation helpers
@@ -112,35 +111,6 @@ def _contrast_masks(
 
 
 # ----------------------------------------------------------------------------- numerics
-def log1p_cp10k(matrix, *, library_size: ArrayLike | None = None) -> np.ndarray | sp.csr_matrix:
-    """``log1p(1e4 * x / library)`` per cell; sparsity is kept (``log1p(0) = 0``).
-
-    Parameters
-    ----------
-    matrix
-        Non-negative counts or expected counts, ``(n_cells, n_genes)``, dense or sparse.
-    library_size
-        Per-cell totals ``(n_cells,)``; defaults to the row sums over the given genes. Totals below one
-        are treated as one, so an all-zero cell stays zero.
-
-    Returns
-    -------
-    Normalised matrix, ``(n_cells, n_genes)``, float64; CSR when the input is sparse.
-    """
-    if library_size is None:
-        library = np.asarray(matrix.sum(axis=1), dtype=np.float64).ravel()
-    else:
-        library = np.asarray(library_size, dtype=np.float64).ravel()
-        if library.shape[0] != matrix.shape[0]:
-            raise ValueError(f"`library_size` has {library.shape[0]} entries for {matrix.shape[0]} cells.")
-    scale = TARGET_SUM / np.maximum(library, 1.0)
-    if sp.issparse(matrix):
-        out = sp.csr_matrix(sp.diags(scale) @ sp.csr_matrix(matrix, dtype=np.float64))
-        out.data = np.log1p(out.data)
-        return out
-    return np.log1p(np.asarray(matrix, dtype=np.float64) * scale[:, None])
-
-
 def _group_mean(matrix: np.ndarray | sp.csr_matrix, mask: np.ndarray) -> np.ndarray:
     return np.asarray(matrix[mask].mean(axis=0), dtype=np.float64).ravel()
 

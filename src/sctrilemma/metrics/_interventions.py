@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from sctrilemma._normalize import log1p_cp10k_tensor
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -157,12 +159,6 @@ def donor_centering(latent: ArrayLike, donors: ArrayLike, *, alpha: float) -> np
     return out.reshape(array.shape).astype(array.dtype if array.dtype.kind == "f" else np.float64)
 
 
-def _log1p_cp10k_torch(values: torch.Tensor) -> torch.Tensor:
-    import torch
-
-    return torch.log1p(values / values.sum(dim=1, keepdim=True).clamp_min(1e-8) * 1e4)
-
-
 def _mean_cell_pearson(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     prediction = prediction - prediction.mean(dim=1, keepdim=True)
     target = target - target.mean(dim=1, keepdim=True)
@@ -239,7 +235,7 @@ def latent_refinement(
         stop = min(start + batch_size, array.shape[0])
         block = counts[start:stop]
         block = block.toarray() if sp.issparse(block) else np.asarray(block)
-        target = _log1p_cp10k_torch(torch.as_tensor(block, dtype=torch.float32))
+        target = log1p_cp10k_tensor(torch.as_tensor(block, dtype=torch.float32))
         z = torch.tensor(array[start:stop], dtype=torch.float32, requires_grad=True)
         optimizer = torch.optim.Adam([z], lr=lr)
         for _ in range(n_steps):
@@ -250,7 +246,7 @@ def latent_refinement(
                         f"`decoder` returned shape {tuple(mean.shape)} for {stop - start} cells; expected "
                         f"{tuple(target.shape)}, one expected count per gene of `counts`."
                     )
-                loss = -_mean_cell_pearson(_log1p_cp10k_torch(mean.float()), target)
+                loss = -_mean_cell_pearson(log1p_cp10k_tensor(mean.float()), target)
                 (gradient,) = torch.autograd.grad(loss, z)
             optimizer.zero_grad(set_to_none=True)
             z.grad = gradient

@@ -10,7 +10,7 @@ import torch
 from scvi import REGISTRY_KEYS, settings
 from sklearn.decomposition import PCA
 
-from sctrilemma.metrics._fidelity import log1p_cp10k
+from sctrilemma._normalize import log1p_cp10k
 
 if TYPE_CHECKING:
     from sctrilemma.model import SCTrilemma

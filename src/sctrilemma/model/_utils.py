@@ -77,7 +77,7 @@ def expressed_genes_per_cell(manager: AnnDataManager) -> np.ndarray:
 
 
 def refuse_scvi_covariates(kwargs: dict) -> None:
-    """scVI's ``batch_key``/``labels_key`` (and covariate keys) have no meaning here: say what to use instead."""
+    """ScVI's ``batch_key``/``labels_key`` (and covariate keys) have no meaning here: say what to use instead."""
     hints = {
         "batch_key": "pass the column as `donor_key` (PB-Cond's groups; add `dataset_key` for studies)",
         "labels_key": "the model is unsupervised; keep labels in `adata.obs` for evaluation",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from sctrilemma.module._tokens import GeneCrop, log_normalize
+from sctrilemma._normalize import log1p_cp10k_tensor
+from sctrilemma.module._tokens import GeneCrop
 from sctrilemma.nn import LongContextBlock, ShortContextBlock
 from sctrilemma.nn._attention import Workspace
 from sctrilemma.nn._norm import unit_rms
@@ -69,7 +70,7 @@ class FastEvalMixin:
         weight = self.gene_embedding.weight
         tokens = workspace.get("tokens", shape, weight.dtype, weight.device)
         torch.index_select(weight, 0, crop.genes.reshape(-1), out=tokens.view(-1, self.n_hidden))
-        tokens = self.expression_gate(tokens, log_normalize(crop.counts, library), inplace=True)
+        tokens = self.expression_gate(tokens, log1p_cp10k_tensor(crop.counts, library), inplace=True)
         context = workspace.get("context", tokens.shape, blocks[0].dtype, tokens.device)
         unit_context = unit_rms(tokens, self.encoder[0].norm_context.eps, out=context)
         latents = self.latent_queries.expand(tokens.shape[0], -1, -1)

@@ -14,6 +14,7 @@ from torch import nn
 from torch.distributions import Normal
 
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
+from sctrilemma._normalize import log1p_cp10k_tensor
 from sctrilemma.module._analysis import AnalysisModuleMixin
 from sctrilemma.module._fast_eval import FastEvalMixin
 from sctrilemma.module._minified import MinifiedModeModuleMixin
@@ -23,7 +24,6 @@ from sctrilemma.module._tokens import (
     GeneCrop,
     GeneDetection,
     expressed_crop,
-    log_normalize,
     target_sample,
     thin_counts,
     training_crop,
@@ -219,7 +219,7 @@ class SCTrilemmaModule(
         return self.to_mean(latents).float(), self.to_logvar(latents).float().clamp(LOGVAR_MIN, LOGVAR_MAX)
 
     def _encode_plain(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
-        tokens = self.expression_gate(self.gene_embedding(crop.genes), log_normalize(crop.counts, library))
+        tokens = self.expression_gate(self.gene_embedding(crop.genes), log1p_cp10k_tensor(crop.counts, library))
         latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
         eps = {block.norm_context.eps for block in self.encoder}
         if len(eps) == 1:  # normalise the long context once for all blocks (the same function)

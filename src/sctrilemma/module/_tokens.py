@@ -12,7 +12,6 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-TARGET_SUM = 1e4
 # Genes expressed in fewer than this fraction of the cells trained on so far are "rare" for the decoder's target
 # sample, and this share of its zero-count positions samples them (benchmarks/results/quality/NOTES.md).
 RARE_GENE_DETECTION = 0.02
@@ -183,8 +182,3 @@ def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator
     log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
     thinned = torch.binomial(x, log_fraction.exp().expand_as(x), generator=generator)
     return torch.where(thinned.sum(1, keepdim=True) > 0, thinned, x)
-
-
-def log_normalize(counts: torch.Tensor, library: torch.Tensor) -> torch.Tensor:
-    """``log1p(1e4 * counts / library)`` with the whole-cell ``library`` ``(batch, 1)``."""
-    return torch.log1p(counts * (TARGET_SUM / library.clamp_min(1.0)))
