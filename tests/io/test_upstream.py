@@ -142,6 +142,13 @@ def test_read_checkpoint_tensors_round_trip(reference: UpstreamStyleVAE, checkpo
         torch.testing.assert_close(tensors["model." + key], value, rtol=0, atol=0)
 
 
+def test_weights_only_torch_load_refuses_a_lightning_checkpoint(reference: UpstreamStyleVAE, checkpoint: Path) -> None:
+    """Why the package has its own reader: PyTorch's weights-only loader stops at the first non-tensor global."""
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        torch.load(checkpoint, weights_only=True)
+    assert set(read_checkpoint_tensors(checkpoint)) == {"model." + k for k in reference.state_dict()}
+
+
 def test_read_checkpoint_tensors_dtypes_views_and_bare_state_dict(tmp_path: Path) -> None:
     base = torch.randn(4, 6)
     state = OrderedDict(

@@ -3,6 +3,12 @@
 The pickle inside such a checkpoint can name any Python callable. :func:`read_checkpoint_tensors` rebuilds
 only the tensors of its ``"state_dict"``: every other global the pickle names is replaced by an inert
 placeholder, so no callable from the file is ever looked up or run.
+
+``torch.load(weights_only=True)`` is not enough for a Lightning checkpoint: besides the tensors its pickle holds the
+hyper-parameters (an omegaconf ``DictConfig``), numpy and Python RNG states and callback states, and the weights-only
+unpickler refuses every such global unless it is allowlisted (``torch.serialization.add_safe_globals``).
+Allowlisting would mean importing omegaconf and constructing the objects a downloaded file names; this reader needs
+neither and never looks a global up. ``tests/io/test_upstream.py`` checks both behaviours.
 """
 
 from __future__ import annotations
