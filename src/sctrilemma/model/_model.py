@@ -26,7 +26,6 @@ from sctrilemma._validation import (
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
 from sctrilemma.model._gene_init import initialize_gene_embedding
-from sctrilemma.model._logging import quiet_lightning, training_display_kwargs
 from sctrilemma.model._memory import fit_batch_to_memory
 from sctrilemma.model._minify_mixin import MinifyMixin, is_minified_without_counts
 from sctrilemma.model._presets import (
@@ -65,6 +64,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MIN_EXPRESSED_GENES = 5
+# scvi-tools' logging interval in steps; Lightning warns when an epoch is shorter, so short epochs log once each.
+LOG_EVERY_N_STEPS = 10
 PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
@@ -402,11 +403,9 @@ class SCTrilemma(
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
         batch_size = BATCH_SIZES[self._preset] if batch_size is None else batch_size
         if self.datamodule is not None:
-            trainer_kwargs = training_display_kwargs(trainer_kwargs, None)
-            with quiet_lightning():
-                return self._train_streamed(
-                    max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
-                )
+            return self._train_streamed(
+                max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
+            )
         # Lightning does not switch modules back to training mode after load or a previous fit.
         if check_memory and not _uses_cuda(accelerator):
             batch_size = fit_batch_to_memory(self.module, self.summary_stats.n_vars, batch_size, self._preset)
@@ -425,17 +424,16 @@ class SCTrilemma(
             max_epochs = math.ceil(max_steps / steps_per_epoch)
             trainer_kwargs["max_steps"] = max_steps
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
-        trainer_kwargs = training_display_kwargs(trainer_kwargs, steps_per_epoch)
-        with quiet_lightning():
-            super().train(
-                max_epochs=max_epochs,
-                accelerator=accelerator,
-                devices=devices,
-                batch_size=batch_size,
-                datasplitter_kwargs=datasplitter_kwargs,
-                plan_kwargs=plan_kwargs,
-                **trainer_kwargs,
-            )
+        trainer_kwargs.setdefault("log_every_n_steps", min(LOG_EVERY_N_STEPS, steps_per_epoch))
+        super().train(
+            max_epochs=max_epochs,
+            accelerator=accelerator,
+            devices=devices,
+            batch_size=batch_size,
+            datasplitter_kwargs=datasplitter_kwargs,
+            plan_kwargs=plan_kwargs,
+            **trainer_kwargs,
+        )
 
     # ------------------------------------------------------------------ outputs
     def get_latent_representation(
