@@ -33,6 +33,7 @@ from sctrilemma.model._presets import (
     PRESETS,
     TRAINING_DEFAULTS,
     choose_preset,
+    early_stopping_kwargs,
     recipe_trainer_kwargs,
     resolve_preset,
     training_length,
@@ -364,7 +365,9 @@ class SCTrilemma(
         AdamW (lr 2e-4 for the paper preset, weight decay 1e-4), linear warm-up over 5 % of steps then cosine decay,
         KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and
         ``precision="bf16-mixed"`` on CUDA. Cells with fewer than ``min_expressed_genes`` expressed
-        genes are left out of training (they go to the test split).
+        genes are left out of training (they go to the test split). The small preset stops early once the validation
+        cells' reconstruction loss has not improved for 10 epochs; pass ``early_stopping=False`` to train the full
+        length, or ``early_stopping=True`` with scvi-tools' ``early_stopping_*`` options to choose the stop.
 
         Parameters
         ----------
@@ -424,6 +427,7 @@ class SCTrilemma(
             max_epochs = math.ceil(max_steps / steps_per_epoch)
             trainer_kwargs["max_steps"] = max_steps
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
+        trainer_kwargs = early_stopping_kwargs(self._preset, trainer_kwargs, np.asarray(splits[1]).size > 0)
         trainer_kwargs.setdefault("log_every_n_steps", min(LOG_EVERY_N_STEPS, steps_per_epoch))
         super().train(
             max_epochs=max_epochs,
