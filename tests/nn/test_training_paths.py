@@ -56,15 +56,44 @@ def test_folded_attention_matches_sdpa_with_gradients(with_query_scale: bool) ->
         torch.testing.assert_close(grad, expected_grad)
 
 
-def test_folded_attention_drops_attention_weights_in_training() -> None:
+@pytest.mark.parametrize(
+    ("n_queries", "n_context", "takes_path"), [(40, 4, "_folds_context"), (3, 40, "_absorbs_context")]
+)
+def test_cheaper_attention_drops_attention_weights_in_training(n_queries: int, n_context: int, takes_path: str) -> None:
     torch.manual_seed(0)
     attention = CrossAttention(16, n_heads=4, dropout_rate=0.5)
-    queries, context = torch.randn(2, 40, 16), torch.randn(2, 4, 16)
-    assert attention._folds_context(queries, context)
+    queries, context = torch.randn(2, n_queries, 16), torch.randn(2, n_context, 16)
+    assert getattr(attention, takes_path)(queries, context)
     expected = attention.eval()(queries, context)
     assert not torch.allclose(attention.train()(queries, context), expected)
     attention.dropout_rate = 0.0  # dropout is the only difference between training and evaluation
     torch.testing.assert_close(attention.train()(queries, context), expected)
+
+
+@pytest.mark.parametrize("with_scales", [False, True])
+def test_absorbed_attention_matches_sdpa_with_gradients(with_scales: bool) -> None:
+    torch.manual_seed(0)
+    attention = CrossAttention(16, n_heads=4).double().train()
+    for parameter in attention.parameters():
+        torch.nn.init.normal_(parameter, std=0.5)
+    queries = torch.randn(4, 3, 16, dtype=torch.float64, requires_grad=True)
+    context = torch.randn(4, 40, 16, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(4, 40, generator=torch.Generator().manual_seed(2)) > 0.3
+    mask[2] = False  # a cell with nothing to attend to gets zero attention, as in SDPA
+    scales = [torch.randn(16, dtype=torch.float64, requires_grad=True) for _ in range(2)] if with_scales else []
+    query_scale, context_scale = scales if with_scales else (None, None)
+    assert attention._absorbs_context(queries, context)
+    out = attention(queries, context, mask, context_scale, query_scale)
+    expected = _sdpa_attention(
+        attention,
+        queries if query_scale is None else queries * query_scale,
+        context if context_scale is None else context * context_scale,
+        mask,
+    )
+    torch.testing.assert_close(out, expected)
+    inputs = [queries, context, *attention.parameters(), *scales]
+    for grad, expected_grad in zip(_gradients(out, inputs), _gradients(expected, inputs), strict=True):
+        torch.testing.assert_close(grad, expected_grad)
 
 
 def _reference_block(block: CrossAttentionBlock, queries: torch.Tensor, context: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,7 @@ class CrossAttention(nn.Module):
 
     The key and value projections are fused into one matrix multiplication. In evaluation,
     :class:`~sctrilemma.nn.LongContextBlock` and :class:`~sctrilemma.nn.ShortContextBlock` compute the same attention with fewer FLOPs;
-    in CPU training the decoder's many queries over a few latent tokens run folded (``_folded_forward``).
+    in CPU training their autograd counterparts (``_absorbed_forward``, ``_folded_forward``) do.
     """
 
     def __init__(self, n_hidden: int, *, n_heads: int, dropout_rate: float = 0.0) -> None:
@@ -90,6 +90,8 @@ class CrossAttention(nn.Module):
         """
         if context_mask is None and context_scale is None and self._folds_context(queries, context):
             return self._folded_forward(queries, context, query_scale)
+        if self._absorbs_context(queries, context):
+            return self._absorbed_forward(queries, context, context_mask, context_scale, query_scale)
         q_weight = self.to_q.weight if query_scale is None else self.to_q.weight * query_scale
         q = self._split_heads(F.linear(queries, q_weight, self.to_q.bias))
         kv_weight = self.to_kv.weight if context_scale is None else self.to_kv.weight * context_scale
@@ -153,6 +155,56 @@ class CrossAttention(nn.Module):
         weights = torch.softmax(scores.view(batch, n_queries, self.n_heads, -1), dim=-1)
         weights = F.dropout(weights, self.dropout_rate, self.training).view(batch, n_queries, -1)
         return torch.baddbmm(self.to_out.bias, weights, value_weight)
+
+    def _absorbs_context(self, queries: torch.Tensor, context: torch.Tensor) -> bool:
+        """Whether :meth:`_absorbed_forward` computes this attention with fewer FLOPs (on CPU only)."""
+        if queries.device.type != "cpu" or queries.dim() != 3:
+            return False
+        plain, absorbed = self.context_flops(queries.shape[1], context.shape[1])
+        return absorbed < plain
+
+    def _absorbed_forward(
+        self,
+        queries: torch.Tensor,
+        context: torch.Tensor,
+        context_mask: torch.Tensor | None,
+        context_scale: torch.Tensor | None,
+        query_scale: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The attention of a few queries over a long context without projecting the context, with autograd.
+
+        The training counterpart of :class:`~sctrilemma.nn.LongContextBlock`: each head's scaled query is
+        mapped back through the key projection and scored against the context itself (the key bias cancels
+        in the softmax), and the value projection is applied to the attention-weighted context. The
+        ``(batch, n, 2 d)`` keys and values are never formed, nor their head layout and gradients.
+        """
+        batch, n_queries, width = queries.shape
+        heads = self.n_heads
+        head_width = width // heads
+        query_weight = self.to_q.weight if query_scale is None else self.to_q.weight * query_scale
+        key_weight, value_weight = self.to_kv.weight.split(width)
+        if context_scale is not None:
+            key_weight, value_weight = key_weight * context_scale, value_weight * context_scale
+        heads_queries = F.linear(queries, query_weight, self.to_q.bias).view(batch, n_queries, heads, head_width)
+        key_weight = key_weight.view(heads, head_width, width) * head_width**-0.5
+        absorbed = torch.einsum("bqhe,hed->bhqd", heads_queries, key_weight).reshape(batch, heads * n_queries, width)
+        empty = None
+        if context_mask is None:
+            scores = torch.bmm(absorbed, context.transpose(1, 2))
+        else:
+            # A cell with no token to attend to gets zero attention, as in scaled_dot_product_attention.
+            empty = ~context_mask.any(dim=1)
+            hidden = ~context_mask & ~empty[:, None]
+            mask_bias = torch.zeros(context_mask.shape, dtype=context.dtype, device=context.device)
+            mask_bias = mask_bias.masked_fill_(hidden, float("-inf"))[:, None, :]
+            scores = torch.baddbmm(mask_bias, absorbed, context.transpose(1, 2))
+        weights = F.dropout(torch.softmax(scores, dim=-1), self.dropout_rate, self.training)
+        pooled = torch.bmm(weights, context).view(batch, heads, n_queries, width)
+        values = torch.einsum("bhqd,hed->bqhe", pooled, value_weight.view(heads, head_width, width))
+        values = values + self.to_kv.bias[width:].view(heads, head_width)
+        if empty is not None and bool(empty.any()):
+            values = values.masked_fill(empty[:, None, None, None], 0.0)
+        return self.to_out(values.reshape(batch, n_queries, width))
 
     def context_flops(self, n_queries: int, n_context: int) -> tuple[int, int]:
         """FLOPs per cell that grow with the context, of (``forward``, :class:`~sctrilemma.nn.LongContextBlock`)."""
