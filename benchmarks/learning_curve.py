@@ -1,7 +1,8 @@
 """Learning curves: identity, invariance and fidelity of an embedding against training time, SCTrilemma beside scVI.
 
 One process trains one model once, with a wall-clock budget of ``--budget-multiple`` times ``--budget-s`` given as
-``max_time`` (as a user would; SCTrilemma's schedule anneals over that budget), and scores a fixed sample of cells
+``max_time`` (as a user would; SCTrilemma's schedule anneals over that budget, and its early stopping may end a run on
+a small data set before the budget), and scores a fixed sample of cells
 at checkpoints: k-means NMI and ARI, BRAS over the context, depth R² (lower is better) and the reconstruction's
 logFC Spearman and top-100 DEG Jaccard, each cell type against the rest. The clock is stopped while a checkpoint is
 scored, so the budget counts training only. Checkpoints are wall-clock seconds (``--checkpoints``, as multiples of
