@@ -47,6 +47,7 @@ from sctrilemma.model._utils import (
     gene_names,
     gene_symbols,
     layer_matrix,
+    measured_genes_per_dataset,
     refuse_scvi_covariates,
     training_split,
 )
@@ -415,6 +416,7 @@ class SCTrilemma(
         self.module.train()
         n_expressed = expressed_genes_per_cell(self.adata_manager)  # refuses cells without counts before training
         self._prepare_prior(self.adata)
+        self.module.measured_genes = measured_genes_per_dataset(self.adata_manager)
         initialize_gene_embedding(self)
         datasplitter_kwargs = dict(datasplitter_kwargs or {})
         splits = datasplitter_kwargs.get("external_indexing") or training_split(

@@ -7,9 +7,12 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
+import torch
 from scvi import REGISTRY_KEYS
 
-from sctrilemma._validation import cell_statistics, refuse_empty_cells
+from sctrilemma._constants import SCT_REGISTRY_KEYS
+from sctrilemma._validation import cell_statistics, iter_row_chunks, refuse_empty_cells
 from sctrilemma.data._genes import find_symbol_column
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,29 @@ def expressed_genes_per_cell(manager: AnnDataManager) -> np.ndarray:
     fix = "`sc.pp.filter_cells(adata, min_counts=1)`, then attach the filtered data (`model.adata = adata`)"
     refuse_empty_cells(totals, names, where="the model's data", fix=fix)
     return n_expressed
+
+
+def measured_genes_per_dataset(manager: AnnDataManager) -> torch.Tensor | None:
+    """``(n_datasets, n_genes)``: the genes that at least one cell of each registered dataset expresses.
+
+    A gene no cell of a study expresses was most likely not measured there (another gene panel or annotation), so
+    its zeros in that study's cells say nothing about them. ``None`` with a single dataset, where every gene counts.
+    """
+    n_datasets = len(manager.get_state_registry(SCT_REGISTRY_KEYS.DATASET_KEY).categorical_mapping)
+    if n_datasets < 2:
+        return None
+    dataset = np.asarray(manager.get_from_registry(SCT_REGISTRY_KEYS.DATASET_KEY)).ravel().astype(np.int64)
+    matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
+    measured = np.zeros((n_datasets, matrix.shape[1]), dtype=bool)
+    start = 0
+    for block in iter_row_chunks(matrix):
+        codes = dataset[start : start + block.shape[0]]
+        start += block.shape[0]
+        expressed = block > 0
+        for code in np.unique(codes):
+            rows = expressed[codes == code]
+            measured[code] |= np.asarray(rows.sum(0) if sp.issparse(rows) else rows.any(0)).ravel() > 0
+    return torch.from_numpy(measured)
 
 
 def refuse_scvi_covariates(kwargs: dict) -> None:

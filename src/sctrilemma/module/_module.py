@@ -14,6 +14,7 @@ from torch import nn
 from torch.distributions import Normal
 
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
+from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma._normalize import log1p_cp10k_tensor
 from sctrilemma.module._analysis import AnalysisModuleMixin
 from sctrilemma.module._fast_eval import FastEvalMixin
@@ -190,6 +191,8 @@ class SCTrilemmaModule(
         self.count_head = nn.Linear(n_hidden, 2)
         self.px_r = nn.Parameter(torch.zeros(n_input))
         self.gene_detection = GeneDetection(n_input)  # names the rare genes for the decoder's target sample
+        # (n_datasets, n_genes): the genes each training dataset measured; set by SCTrilemma.train, not saved.
+        self.register_buffer("measured_genes", None, persistent=False)
         # Built last, so that adding the prior leaves every other parameter's initialisation unchanged.
         self.prior_kind = prior
         self.prior = PseudobulkPrior(n_prior_codes, n_hidden) if prior == "pseudobulk" else None
@@ -331,19 +334,37 @@ class SCTrilemmaModule(
     def _get_generative_input(self, tensors: dict[str, torch.Tensor], inference_outputs: dict) -> dict:
         target = inference_outputs[KEYS.CROP_KEY]
         x = tensors[REGISTRY_KEYS.X_KEY].to(target.counts.device)
+        measured = self._measured_genes_of(tensors, x)
         if self.n_decoder_targets is not None:
             if self.training:
                 self.gene_detection.update(x)
-            target = target_sample(x, self.n_decoder_targets, rare_genes=self.gene_detection.rare_genes())
+            rare_genes = self.gene_detection.rare_genes()
+            target = target_sample(x, self.n_decoder_targets, rare_genes=rare_genes, measured=measured)
         elif not self.training:
             # The embedding crop has no zero genes; score reconstruction on a training-style crop.
-            target = training_crop(x, self.crop_size)
+            target = training_crop(x, self.crop_size, measured=measured)
+        elif measured is not None:  # the crop's zero-count genes that the cell's dataset did not measure
+            keep = measured.gather(1, target.genes) | (target.counts > 0)
+            keep = keep if target.mask is None else keep & target.mask
+            target = target._replace(counts=target.counts * keep, mask=keep)
         return {
             "z_tokens": inference_outputs[KEYS.Z_TOKENS_KEY],
             "pooled_sample": inference_outputs["z"],
             "target": target,
             "library": x.sum(1, keepdim=True),
         }
+
+    def _measured_genes_of(self, tensors: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor | None:
+        """``(batch, n_genes)`` genes measured by each cell's dataset, or ``None`` when all genes count.
+
+        Cells of a dataset the model was not trained on (a code past :attr:`measured_genes`) count every gene.
+        """
+        dataset = tensors.get(SCT_REGISTRY_KEYS.DATASET_KEY)
+        if self.measured_genes is None or dataset is None:
+            return None
+        known = torch.cat([self.measured_genes, self.measured_genes.new_ones(1, x.shape[1])])
+        codes = dataset.to(x.device).long().view(-1).clamp(max=known.shape[0] - 1)
+        return known[codes]
 
     @auto_move_data
     def generative(

@@ -40,20 +40,31 @@ class GeneCrop(NamedTuple):
     weights: torch.Tensor | None = None
 
 
-def training_crop(x: torch.Tensor, crop_size: int, generator: torch.Generator | None = None) -> GeneCrop:
+def training_crop(
+    x: torch.Tensor,
+    crop_size: int,
+    generator: torch.Generator | None = None,
+    measured: torch.Tensor | None = None,
+) -> GeneCrop:
     """The paper's training crop.
 
     Each cell keeps its expressed genes, a uniform random subset of ``crop_size`` of them if it has
     more; with fewer it is filled up with randomly drawn unexpressed genes, which are real zero-count
     reconstruction targets. With fewer genes than ``crop_size`` in total every gene is used.
+    ``measured`` ``(batch, n_genes)`` marks the genes each cell's study measured: the zero-count genes
+    are drawn among those only, and positions left unfilled are masked.
     """
     n = min(crop_size, x.shape[1])
     # Expressed genes get keys in [1, 2), unexpressed ones in [0, 1): top-n takes a uniform random
     # subset of the expressed genes first, then uniform random unexpressed genes.
     keys = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)
     keys = keys + (x > 0).to(keys.dtype)
-    genes = keys.topk(n, dim=1, sorted=False).indices
-    return GeneCrop(genes, x.gather(1, genes), None)
+    if measured is None:
+        genes = keys.topk(n, dim=1, sorted=False).indices
+        return GeneCrop(genes, x.gather(1, genes), None)
+    drawn = torch.where(measured | (x > 0), keys, -1.0).topk(n, dim=1, sorted=False)
+    mask = drawn.values >= 0
+    return GeneCrop(drawn.indices, x.gather(1, drawn.indices) * mask, mask)
 
 
 def expressed_crop(
@@ -102,6 +113,7 @@ def target_sample(
     n_targets: int,
     generator: torch.Generator | None = None,
     rare_genes: torch.Tensor | None = None,
+    measured: torch.Tensor | None = None,
 ) -> GeneCrop:
     """Decoder targets: a stratified random sample of ``n_targets`` genes per cell, with weights.
 
@@ -118,15 +130,22 @@ def target_sample(
     replacement, masked where the cell expresses them, and the rest sample the cell's other zero-count genes. A
     zero of a gene that other cells express says more about the cell than one of a gene hardly any cell expresses,
     and it is now a target more often; the weights keep every sum unbiased. Only then can a gene appear twice.
+
+    ``measured`` ``(batch, n_genes)`` marks the genes each cell's study measured (all when ``None``): zero-count
+    targets are drawn among those only, so the sums, and the decoder's proportions, are over the measured genes.
     """
     batch, n_genes = x.shape
     if n_genes <= n_targets:
         genes = torch.arange(n_genes, device=x.device).expand(batch, n_genes)
-        return GeneCrop(genes, x, None, torch.ones_like(x))
+        if measured is None:
+            return GeneCrop(genes, x, None, torch.ones_like(x))
+        mask = measured | (x > 0)
+        return GeneCrop(genes, x * mask, mask, mask.to(x.dtype))
     n_top, n_other = n_targets // 4, n_targets // 4
     n_zero = n_targets - n_top - n_other
     keys = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)
     expressed = x > 0
+    unexpressed = ~expressed if measured is None else ~expressed & measured
     # Most expressed first, equal counts in gene order: deterministic given x, so these genes have
     # inclusion probability 1 (a random tie-break would make it less). -1 marks ineligible genes.
     tie_break = 0.5 * torch.arange(n_genes, 0, -1, device=x.device, dtype=torch.float32) / n_genes
@@ -136,16 +155,16 @@ def target_sample(
     strata.append(_uniform_stratum(expressed & ~chosen, keys, n_other))
     rare_index = None if rare_genes is None else rare_genes.nonzero().squeeze(1)
     if rare_index is None or rare_index.numel() == 0:
-        strata.append(_uniform_stratum(~expressed, keys, n_zero))
+        strata.append(_uniform_stratum(unexpressed, keys, n_zero))
     else:
         n_rare = max(1, round(n_zero * RARE_ZERO_SHARE))
-        strata.append(_uniform_stratum(~expressed & ~rare_genes, keys, n_zero - n_rare))
+        strata.append(_uniform_stratum(unexpressed & ~rare_genes, keys, n_zero - n_rare))
         # Rare genes are drawn with replacement from all of them and kept where the cell has none (Hansen-Hurwitz):
         # unbiased for the sum over the cell's rare zero-count genes without another pass over every gene.
         draws = torch.randint(rare_index.numel(), (batch, n_rare), generator=generator, device=x.device)
         rare = rare_index[draws]
         weight = torch.full((batch, n_rare), rare_index.numel() / n_rare, device=x.device)
-        strata.append((rare, x.gather(1, rare) == 0, weight))
+        strata.append((rare, unexpressed.gather(1, rare), weight))
     genes, mask, weights = (torch.cat(parts, dim=1) for parts in zip(*strata, strict=True))
     return GeneCrop(genes, x.gather(1, genes) * mask, mask, weights.to(x.dtype) * mask)
 
