@@ -1,4 +1,4 @@
-"""The small real example dataset shipped with sctrilemma."""
+"""The small real example dataset and the pretrained references shipped with sctrilemma."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import anndata as ad
 EXAMPLE_DIR = Path(__file__).parent / "example"
 EXAMPLE_FILE = EXAMPLE_DIR / "kang2018_pbmc_example.h5ad"
 EXAMPLE_REFERENCE_DIR = Path(__file__).parent / "reference"
+BLOOD_REFERENCE_DIR = Path(__file__).parent / "blood_reference"
 REFERENCE_DONORS = ("1015", "1016", "1244")
 HELD_OUT_DONORS = ("1256", "1488")
 
@@ -45,3 +46,27 @@ def example_reference_dir() -> Path:
             "rebuild it with `python scripts/train_example_reference.py`."
         )
     return EXAMPLE_REFERENCE_DIR
+
+
+def blood_reference_dir() -> Path:
+    """Directory of the blood reference shipped with sctrilemma, trained on three studies of human blood.
+
+    A ``preset="small"`` model trained by ``scripts/train_blood_reference.py --genes shared`` on 12,457 cells of
+    Kang et al. 2018 (donors 1015, 1016, 1244), COMBAT 2022 COVID-19 blood (6 donors) and the 10x Genomics PBMC demo
+    sets (3' v2, 3' v3, 5'), over the genes all three studies measured; Kang's donors 1256 and 1488 (also in
+    :func:`load_example`) were never seen. Beside ``model.safetensors`` the directory holds scvi-hub's metadata and
+    model card (``README.md``, with the training data and figures), so ``scvi.hub.HubModel(directory)`` loads it,
+    and ``reference_cells.h5ad``: 4,000 of the training cells with their embedding (``obsm["X_sctrilemma"]``) and
+    ``study``, ``donor``, ``chemistry``, ``condition`` and ``cell_type`` (Kang's cells only), for
+    :meth:`~sctrilemma.SCTrilemma.transfer_labels` and joint plots.
+
+    Returns
+    -------
+    The directory holding ``model.safetensors``.
+    """
+    if not (BLOOD_REFERENCE_DIR / "model.safetensors").exists():
+        raise FileNotFoundError(
+            f"The blood reference is missing from {BLOOD_REFERENCE_DIR}; rebuild it with "
+            "`python scripts/train_blood_reference.py --genes shared --out src/sctrilemma/data/blood_reference`."
+        )
+    return BLOOD_REFERENCE_DIR
