@@ -1,0 +1,201 @@
+"""Zero-shot queries of blood references, side by side: SCTrilemma, scVI's scArches path and a projected PCA.
+
+The query is always Kang 2018's held-out donors (1256 and 1488, 3,678 cells, Kang's own 2,511 genes, cell types
+known), embedded without any training. The references (``scripts/train_blood_reference.py`` builds their cells):
+
+- ``leave_kang_out``: COMBAT 2022 and the 10x PBMC demo sets, no Kang cells: another study, chemistry and donors;
+- ``multi_study``: all three studies, Kang's other three donors included;
+- ``single_study``: Kang's other three donors only.
+
+Each reference is trained three ways on the same cells: SCTrilemma (small preset defaults, the study as
+``dataset_key``, the donor as ``donor_key``) and scVI (scvi-tools defaults, no covariate) each for ``--budget-s``
+seconds of wall clock (``max_time``), then queried by ``load_query_data`` with no training; and a PCA of the
+reference's log1p-CP10K highly variable genes, onto which the query is projected. Scores: k-means NMI and ARI, 15-NN
+cross-donor cell-type accuracy and BRAS over the two query donors, and (references with Kang cells) the accuracy
+of the reference's cell types transferred by the same weighted 15-NN vote for every method.
+``--methods sctrilemma_all_genes`` is the ablation in which every gene counts as measured in every study.
+
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/zero_shot.py [--budget-s 240] [--seeds 0 1 2] [--settings ...]
+[--out benchmarks/results/zero_shot]``; ``--summarize`` tabulates every ``runs_*.json`` in ``--out``
+(mean ± SD over seeds) into ``summary_table.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+from pathlib import Path
+from unittest.mock import patch
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import scvi
+import torch
+
+from sctrilemma import SCTrilemma
+from sctrilemma._normalize import log1p_cp10k
+from sctrilemma.model import _model as model_module
+from sctrilemma.model import transfer_labels
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+from train_blood_reference import load_blood_data, query_cells, reference_cells, zero_shot_figures
+
+SETTINGS = {
+    "leave_kang_out": ["COMBAT2022", "10xPBMC"],
+    "multi_study": ["Kang2018", "COMBAT2022", "10xPBMC"],
+    "single_study": ["Kang2018"],
+}
+N_TOP_GENES, N_COMPS = 2000, 50
+
+
+def sctrilemma_zero_shot(
+    reference: ad.AnnData, query: ad.AnnData, budget_s: float, measured_genes: bool = True
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Train on ``reference`` for ``budget_s`` seconds, then embed both; returns the embeddings and training facts.
+
+    ``measured_genes=False`` is the ablation that takes every gene as measured in every study.
+    """
+    reference = reference.copy()
+    SCTrilemma.setup_anndata(reference, donor_key="donor", dataset_key="study")
+    model = SCTrilemma(reference, preset="small")
+    start = time.perf_counter()
+    with nullcontext() if measured_genes else patch.object(model_module, "measured_genes_per_dataset", lambda _: None):
+        model.train(max_epochs=10_000, max_time=timedelta(seconds=budget_s), enable_progress_bar=False)
+    facts = {"train_s": round(time.perf_counter() - start, 1), "steps": int(model.trainer.global_step)}
+    query_model = SCTrilemma.load_query_data(query.copy(), model)
+    return model.get_latent_representation(), query_model.get_latent_representation(), facts
+
+
+def scvi_zero_shot(reference: ad.AnnData, query: ad.AnnData, budget_s: float) -> tuple[np.ndarray, np.ndarray, dict]:
+    """ScVI (defaults, no covariate) for ``budget_s`` seconds, then the scArches path with no query training."""
+    reference = reference.copy()
+    scvi.model.SCVI.setup_anndata(reference)
+    model = scvi.model.SCVI(reference, gene_likelihood="zinb")
+    start = time.perf_counter()
+    model.train(max_time=timedelta(seconds=budget_s), enable_progress_bar=False)
+    facts = {"train_s": round(time.perf_counter() - start, 1), "epochs": int(model.history["elbo_train"].shape[0])}
+    work = query.copy()
+    work.var_names = work.var_names.astype(str)
+    scvi.model.SCVI.prepare_query_anndata(work, model)
+    query_model = scvi.model.SCVI.load_query_data(work, model)
+    query_model.is_trained_ = True  # zero-shot: the reference's weights, no query training
+    return model.get_latent_representation(), query_model.get_latent_representation(), facts
+
+
+def pca_zero_shot(reference: ad.AnnData, query: ad.AnnData, seed: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """PCA of the reference's log1p-CP10K highly variable genes; the query is projected on its loadings."""
+    import scanpy as sc
+
+    threads = torch.get_num_threads()
+    try:
+        work = ad.AnnData(log1p_cp10k(reference.X), var=pd.DataFrame(index=reference.var_names))
+        sc.pp.highly_variable_genes(work, n_top_genes=N_TOP_GENES)
+        hvg = work.var["highly_variable"].to_numpy()
+        sc.pp.pca(work, n_comps=N_COMPS, mask_var="highly_variable", random_state=seed)
+    finally:  # scanpy raises torch's thread count (see sctrilemma.benchmark.pca_baseline)
+        torch.set_num_threads(threads)
+    genes, loadings = work.var_names[hvg], work.varm["PCs"][hvg]
+    mean = np.asarray(work.X[:, hvg].mean(0)).ravel()
+    # The query normalised over its own genes, in the reference's gene order (zero for genes it did not measure).
+    query_log = sp.csr_matrix(log1p_cp10k(query.X))
+    position = query.var_names.get_indexer(genes)
+    aligned = np.zeros((query.n_obs, genes.size), dtype=np.float32)
+    aligned[:, position >= 0] = query_log[:, position[position >= 0]].toarray()
+    return np.asarray(work.obsm["X_pca"]), (aligned - mean) @ loadings, {"n_hvg": int(genes.size)}
+
+
+def transfer_accuracy(reference_embedding: np.ndarray, reference: ad.AnnData, embedding: np.ndarray, query) -> dict:
+    """Accuracy of the reference's Kang cell types transferred to the query (weighted 15-NN vote, with unknowns)."""
+    result = transfer_labels(reference_embedding, reference.obs["cell_type"].to_numpy(), embedding)
+    truth = query.obs["cell_type"].astype(str).to_numpy()
+    return {
+        "label_transfer_accuracy": round(float((result["prediction"].astype(str).to_numpy() == truth).mean()), 4),
+        "label_transfer_unknown_rate": round(float(result["is_unknown"].mean()), 4),
+    }
+
+
+def run(blood: ad.AnnData, setting: str, seed: int, budget_s: float, methods: list[str]) -> list[dict]:
+    """Every method's zero-shot figures for one reference setting and seed."""
+    reference, query = reference_cells(blood, SETTINGS[setting]), query_cells(blood)
+    rows = []
+    for method in methods:
+        scvi.settings.seed = seed
+        start = time.strftime("%H:%M:%S")
+        if method.startswith("sctrilemma"):
+            ref_z, query_z, facts = sctrilemma_zero_shot(reference, query, budget_s, method != "sctrilemma_all_genes")
+        elif method == "scvi":
+            ref_z, query_z, facts = scvi_zero_shot(reference, query, budget_s)
+        else:
+            ref_z, query_z, facts = pca_zero_shot(reference, query, seed)
+        figures = zero_shot_figures(query_z, query, seed=seed)
+        if reference.obs["cell_type"].notna().any():
+            figures.update(transfer_accuracy(ref_z, reference, query_z, query))
+        row = {"setting": setting, "method": method, "seed": seed, "started": start, **facts, **figures}
+        row["reference_cells"], row["reference_genes"] = int(reference.n_obs), int(reference.n_vars)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+FIGURES = ("nmi", "ari", "knn_cross_donor_accuracy", "bras", "label_transfer_accuracy", "label_transfer_unknown_rate")
+
+
+def summarize(rows: list[dict]) -> str:
+    """Mean ± SD over seeds per setting and method, as a Markdown table."""
+    frame = pd.DataFrame(rows)
+    methods = ["sctrilemma", "sctrilemma_all_genes", "scvi", "pca"]
+    frame["order"] = frame["setting"].map(list(SETTINGS).index) * 10 + frame["method"].map(methods.index)
+    frame = frame.sort_values(["order", "seed"])
+    lines = ["| setting | method | seeds | " + " | ".join(FIGURES) + " |", "|---" * (len(FIGURES) + 3) + "|"]
+    for (setting, method), group in frame.groupby(["setting", "method"], sort=False):
+        cells = []
+        for figure in FIGURES:
+            values = group[figure].dropna() if figure in group else pd.Series(dtype=float)
+            cells.append("–" if values.empty else f"{values.mean():.3f} ± {values.std(ddof=0):.3f}")
+        lines.append(f"| {setting} | {method} | {len(group)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data-dir", default=str(Path(__file__).parents[1] / ".." / "shared" / "data"))
+    parser.add_argument("--budget-s", type=float, default=240.0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=["sctrilemma", "scvi", "pca"],
+        choices=["sctrilemma", "scvi", "pca", "sctrilemma_all_genes"],
+    )
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "zero_shot"))
+    parser.add_argument("--summarize", action="store_true", help="only tabulate the runs in --out")
+    args = parser.parse_args()
+    out = Path(args.out)
+    if args.summarize:
+        rows = [row for path in sorted(out.glob("runs_*.json")) for row in json.loads(path.read_text())]
+        (out / "summary_table.md").write_text(summarize(rows))
+        print(summarize(rows))
+        return
+    torch.set_num_threads(1)
+    blood = load_blood_data(args.data_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = "_".join(args.methods) + "_" + "_".join(map(str, args.seeds))
+    rows = [
+        row
+        for seed in args.seeds
+        for setting in args.settings
+        for row in run(blood, setting, seed, args.budget_s, args.methods)
+    ]
+    (out / f"runs_{tag}.json").write_text(json.dumps(rows, indent=1))
+    print(summarize(rows))
+
+
+if __name__ == "__main__":
+    main()
