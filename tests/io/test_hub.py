@@ -14,7 +14,7 @@ pytest.importorskip("huggingface_hub")
 from scvi.hub import HubModel
 
 from sctrilemma import SCTrilemma
-from sctrilemma.data import example_reference_dir, load_example
+from sctrilemma.data import blood_reference_dir, example_reference_dir, load_example
 from sctrilemma.data._example import HELD_OUT_DONORS
 from sctrilemma.io import pull_hub_reference, write_hub_files
 
@@ -69,6 +69,7 @@ def test_pull_fetches_the_safe_weights_from_a_repository(hub_dir: Path, tmp_path
     import huggingface_hub
 
     (hub_dir / "model.pt").write_bytes(b"not fetched")  # a file outside the allowed patterns stays behind
+    shutil.copy(blood_reference_dir() / "reference_cells.h5ad", hub_dir)  # embedded reference cells travel along
     requested = {}
 
     def snapshot_download(repo_id, revision=None, cache_dir=None, allow_patterns=None, **kwargs):
@@ -87,6 +88,7 @@ def test_pull_fetches_the_safe_weights_from_a_repository(hub_dir: Path, tmp_path
     folder = Path(hub_model.local_dir)
     assert (folder / "model.safetensors").is_file()
     assert not (folder / "model.pt").exists()
+    assert (folder / "reference_cells.h5ad").is_file()
     prepared = SCTrilemma.prepare_query_anndata(_query(), hub_model.local_dir, inplace=False)
     hub_model.load_model(adata=prepared)
     assert hub_model.model.get_latent_representation().shape == (prepared.n_obs, 64)

@@ -6,6 +6,11 @@ loads with ``HubModel(directory).load_model(adata=query)``. scvi-hub's own helpe
 ``HubModelCardHelper.from_dir``) and its pull read or fetch ``model.pt``; :func:`write_hub_files` and
 :func:`pull_hub_reference` do the same for the safe ``model.safetensors`` format. Needs ``huggingface_hub``
 (``pip install "sctrilemma[hub]"``).
+
+To publish a reference, upload its whole directory with ``huggingface_hub``, e.g.
+``HfApi().upload_folder(folder_path=model_dir, repo_id="owner/name")`` after :func:`write_hub_files`. scvi-hub's
+``HubModel.push_to_huggingface_hub`` uploads the weights only with ``push_anndata=False``, and then leaves out every
+``.h5ad`` file, the embedded reference cells (``reference_cells.h5ad``) included.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ if TYPE_CHECKING:
 
     from scvi.hub import HubModel
 
-# What a pull fetches: the weights, scvi-hub's metadata and model card, and the training data if the repository has it.
-HUB_FILES = ("model.safetensors", "_scvi_required_metadata.json", "README.md", "metrics.json")
+# What a pull fetches: the weights, scvi-hub's metadata and model card, the figures, the embedded reference cells
+# (for label transfer), and the training data if the repository has it and it is asked for.
+HUB_FILES = ("model.safetensors", "_scvi_required_metadata.json", "README.md", "metrics.json", "reference_cells.h5ad")
 HUB_DATA_FILES = ("adata.h5ad",)
 
 
@@ -150,8 +156,9 @@ def pull_hub_reference(
 ) -> HubModel:
     """Fetch a reference saved in the safe format from a Hugging Face repository, as a :class:`~scvi.hub.HubModel`.
 
-    Downloads ``model.safetensors``, scvi-hub's metadata, the model card and (``pull_anndata=True``) the training
-    data, which :meth:`scvi.hub.HubModel.pull_from_huggingface_hub` would leave behind (it fetches ``model.pt``).
+    Downloads ``model.safetensors``, scvi-hub's metadata, the model card, ``metrics.json``, the embedded reference
+    cells ``reference_cells.h5ad`` where the repository has them, and (``pull_anndata=True``) the training data.
+    :meth:`scvi.hub.HubModel.pull_from_huggingface_hub` would leave the weights behind: it fetches ``model.pt``.
     Then ``hub_model.load_model(adata=query)`` embeds a query as :meth:`~sctrilemma.SCTrilemma.load_query_data`
     does.
 
