@@ -40,12 +40,7 @@ def example_reference_dir() -> Path:
     -------
     The directory holding ``model.safetensors``.
     """
-    if not (EXAMPLE_REFERENCE_DIR / "model.safetensors").exists():
-        raise FileNotFoundError(
-            f"The example reference is missing from {EXAMPLE_REFERENCE_DIR}; "
-            "rebuild it with `python scripts/train_example_reference.py`."
-        )
-    return EXAMPLE_REFERENCE_DIR
+    return _shipped_reference(EXAMPLE_REFERENCE_DIR, "python scripts/train_example_reference.py")
 
 
 def blood_reference_dir() -> Path:
@@ -64,9 +59,12 @@ def blood_reference_dir() -> Path:
     -------
     The directory holding ``model.safetensors``.
     """
-    if not (BLOOD_REFERENCE_DIR / "model.safetensors").exists():
-        raise FileNotFoundError(
-            f"The blood reference is missing from {BLOOD_REFERENCE_DIR}; rebuild it with "
-            "`python scripts/train_blood_reference.py --genes shared --out src/sctrilemma/data/blood_reference`."
-        )
-    return BLOOD_REFERENCE_DIR
+    command = "python scripts/train_blood_reference.py --genes shared --out src/sctrilemma/data/blood_reference"
+    return _shipped_reference(BLOOD_REFERENCE_DIR, command)
+
+
+def _shipped_reference(directory: Path, command: str) -> Path:
+    """``directory`` if it holds a saved model, else a ``FileNotFoundError`` naming the ``command`` that rebuilds it."""
+    if not (directory / "model.safetensors").exists():
+        raise FileNotFoundError(f"The reference is missing from {directory}; rebuild it with `{command}`.")
+    return directory
