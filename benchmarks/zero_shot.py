@@ -13,7 +13,10 @@ seconds of wall clock (``max_time``), then queried by ``load_query_data`` with n
 reference's log1p-CP10K highly variable genes, onto which the query is projected. Scores: k-means NMI and ARI, 15-NN
 cross-donor cell-type accuracy and BRAS over the two query donors, and (references with Kang cells) the accuracy
 of the reference's cell types transferred by the same weighted 15-NN vote for every method.
-``--methods sctrilemma_all_genes`` is the ablation in which every gene counts as measured in every study.
+Where the reference holds several studies, ``study_mixing`` is the mean fraction of a reference cell's 15 nearest
+neighbours (in the reference's own embedding) that come from another study. ``--methods sctrilemma_all_genes`` is the
+ablation in which every gene counts as measured in every study; ``--model-kwargs JSON`` passes SCTrilemma options (a
+probe, labelled in the method's name).
 
 Usage: ``OMP_NUM_THREADS=1 python benchmarks/zero_shot.py [--budget-s 240] [--seeds 0 1 2] [--settings ...]
 [--out benchmarks/results/zero_shot]``; ``--summarize`` tabulates every ``runs_*.json`` in ``--out``
@@ -55,7 +58,11 @@ N_TOP_GENES, N_COMPS = 2000, 50
 
 
 def sctrilemma_zero_shot(
-    reference: ad.AnnData, query: ad.AnnData, budget_s: float, measured_genes: bool = True
+    reference: ad.AnnData,
+    query: ad.AnnData,
+    budget_s: float,
+    measured_genes: bool = True,
+    model_kwargs: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """Train on ``reference`` for ``budget_s`` seconds, then embed both; returns the embeddings and training facts.
 
@@ -63,7 +70,7 @@ def sctrilemma_zero_shot(
     """
     reference = reference.copy()
     SCTrilemma.setup_anndata(reference, donor_key="donor", dataset_key="study")
-    model = SCTrilemma(reference, preset="small")
+    model = SCTrilemma(reference, preset="small", **(model_kwargs or {}))
     start = time.perf_counter()
     with nullcontext() if measured_genes else patch.object(model_module, "measured_genes_per_dataset", lambda _: None):
         model.train(max_epochs=10_000, max_time=timedelta(seconds=budget_s), enable_progress_bar=False)
@@ -120,7 +127,17 @@ def transfer_accuracy(reference_embedding: np.ndarray, reference: ad.AnnData, em
     }
 
 
-def run(blood: ad.AnnData, setting: str, seed: int, budget_s: float, methods: list[str]) -> list[dict]:
+def study_mixing(embedding: np.ndarray, studies: np.ndarray, n_neighbors: int = 15) -> float:
+    """Mean fraction of a reference cell's ``n_neighbors`` nearest neighbours that come from another study."""
+    from sklearn.neighbors import NearestNeighbors
+
+    neighbours = NearestNeighbors(n_neighbors=n_neighbors + 1).fit(embedding).kneighbors(embedding)[1][:, 1:]
+    return float((studies[neighbours] != studies[:, None]).mean())
+
+
+def run(
+    blood: ad.AnnData, setting: str, seed: int, budget_s: float, methods: list[str], model_kwargs: dict | None = None
+) -> list[dict]:
     """Every method's zero-shot figures for one reference setting and seed."""
     reference, query = reference_cells(blood, SETTINGS[setting]), query_cells(blood)
     rows = []
@@ -128,7 +145,8 @@ def run(blood: ad.AnnData, setting: str, seed: int, budget_s: float, methods: li
         scvi.settings.seed = seed
         start = time.strftime("%H:%M:%S")
         if method.startswith("sctrilemma"):
-            ref_z, query_z, facts = sctrilemma_zero_shot(reference, query, budget_s, method != "sctrilemma_all_genes")
+            measured = method != "sctrilemma_all_genes"
+            ref_z, query_z, facts = sctrilemma_zero_shot(reference, query, budget_s, measured, model_kwargs)
         elif method == "scvi":
             ref_z, query_z, facts = scvi_zero_shot(reference, query, budget_s)
         else:
@@ -136,6 +154,10 @@ def run(blood: ad.AnnData, setting: str, seed: int, budget_s: float, methods: li
         figures = zero_shot_figures(query_z, query, seed=seed)
         if reference.obs["cell_type"].notna().any():
             figures.update(transfer_accuracy(ref_z, reference, query_z, query))
+        if reference.obs["study"].nunique() > 1:
+            figures["study_mixing"] = round(study_mixing(ref_z, reference.obs["study"].astype(str).to_numpy()), 4)
+        if model_kwargs and method.startswith("sctrilemma"):
+            method = f"{method} {json.dumps(model_kwargs)}"
         row = {"setting": setting, "method": method, "seed": seed, "started": start, **facts, **figures}
         row["reference_cells"], row["reference_genes"] = int(reference.n_obs), int(reference.n_vars)
         print(json.dumps(row), flush=True)
@@ -143,14 +165,23 @@ def run(blood: ad.AnnData, setting: str, seed: int, budget_s: float, methods: li
     return rows
 
 
-FIGURES = ("nmi", "ari", "knn_cross_donor_accuracy", "bras", "label_transfer_accuracy", "label_transfer_unknown_rate")
+FIGURES = (
+    "nmi",
+    "ari",
+    "knn_cross_donor_accuracy",
+    "bras",
+    "label_transfer_accuracy",
+    "label_transfer_unknown_rate",
+    "study_mixing",
+)
 
 
 def summarize(rows: list[dict]) -> str:
     """Mean ± SD over seeds per setting and method, as a Markdown table."""
     frame = pd.DataFrame(rows)
     methods = ["sctrilemma", "sctrilemma_all_genes", "scvi", "pca"]
-    frame["order"] = frame["setting"].map(list(SETTINGS).index) * 10 + frame["method"].map(methods.index)
+    rank = {method: i for i, method in enumerate(methods)}
+    frame["order"] = frame["setting"].map(list(SETTINGS).index) * 10 + frame["method"].map(lambda m: rank.get(m, 2))
     frame = frame.sort_values(["order", "seed"])
     lines = ["| setting | method | seeds | " + " | ".join(FIGURES) + " |", "|---" * (len(FIGURES) + 3) + "|"]
     for (setting, method), group in frame.groupby(["setting", "method"], sort=False):
@@ -176,6 +207,7 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "zero_shot"))
     parser.add_argument("--summarize", action="store_true", help="only tabulate the runs in --out")
+    parser.add_argument("--model-kwargs", type=json.loads, default=None, help="SCTrilemma options as JSON (a probe)")
     args = parser.parse_args()
     out = Path(args.out)
     if args.summarize:
@@ -186,12 +218,13 @@ def main() -> None:
     torch.set_num_threads(1)
     blood = load_blood_data(args.data_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tag = "_".join(args.methods) + "_" + "_".join(map(str, args.seeds))
+    probe = "_" + "_".join(f"{k}-{v}" for k, v in args.model_kwargs.items()) if args.model_kwargs else ""
+    tag = "_".join(args.methods) + probe + "_" + "_".join(map(str, args.seeds))
     rows = [
         row
         for seed in args.seeds
         for setting in args.settings
-        for row in run(blood, setting, seed, args.budget_s, args.methods)
+        for row in run(blood, setting, seed, args.budget_s, args.methods, args.model_kwargs)
     ]
     (out / f"runs_{tag}.json").write_text(json.dumps(rows, indent=1))
     print(summarize(rows))
