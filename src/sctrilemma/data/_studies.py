@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from sctrilemma._validation import iter_row_chunks
-from sctrilemma.data._genes import _ENSEMBL, find_symbol_column, strip_version
+from sctrilemma.data._genes import _ENSEMBL, GeneMatch, find_symbol_column, strip_version
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -66,15 +65,9 @@ def concat_studies(studies: Mapping[str, ad.AnnData], study_key: str = "study") 
     matrices, obs = [], []
     for name, adata in studies.items():
         study_symbols, _ = parts[name]
-        mapping = sp.csr_matrix(
-            (
-                np.ones(study_symbols.size, dtype=np.float32),
-                (np.arange(study_symbols.size), symbols.get_indexer(study_symbols)),
-            ),
-            shape=(study_symbols.size, symbols.size),
-        )
-        blocks = [sp.csr_matrix(sp.csr_matrix(block, dtype=np.float32) @ mapping) for block in iter_row_chunks(adata.X)]
-        matrices.append(sp.vstack(blocks, format="csr"))
+        every_gene = np.arange(study_symbols.size)
+        match = GeneMatch(every_gene, symbols.get_indexer(study_symbols), "symbol", study_symbols.size, 1.0)
+        matrices.append(match.project(adata.X, symbols.size))
         frame = adata.obs.copy()
         frame[study_key] = name
         frame.index = frame.index.astype(str)
