@@ -362,9 +362,9 @@ class SCTrilemmaModule(
         dataset = tensors.get(SCT_REGISTRY_KEYS.DATASET_KEY)
         if self.measured_genes is None or dataset is None:
             return None
-        known = torch.cat([self.measured_genes, self.measured_genes.new_ones(1, x.shape[1])])
-        codes = dataset.to(x.device).long().view(-1).clamp(max=known.shape[0] - 1)
-        return known[codes]
+        codes = dataset.to(x.device).long().view(-1)
+        unknown = codes >= self.measured_genes.shape[0]
+        return self.measured_genes[codes.clamp(max=self.measured_genes.shape[0] - 1)] | unknown[:, None]
 
     @auto_move_data
     def generative(
