@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
-from unittest.mock import patch
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,10 +28,10 @@ import scvi
 import torch
 
 from sctrilemma import SCTrilemma
-from sctrilemma.model import _model as model_module
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 from train_blood_reference import load_blood_data, reference_cells
+from zero_shot import measured_genes_rule
 
 PANEL_STUDY = "10xPBMC"
 
@@ -62,7 +60,7 @@ def run(masked, truth, hidden: np.ndarray, rule: bool, seed: int, budget_s: floa
     data = masked.copy()
     SCTrilemma.setup_anndata(data, donor_key="donor", dataset_key="study")
     model = SCTrilemma(data, preset="small")
-    with nullcontext() if rule else patch.object(model_module, "measured_genes_per_dataset", lambda _: None):
+    with measured_genes_rule(rule):
         model.train(max_epochs=10_000, max_time=timedelta(seconds=budget_s), enable_progress_bar=False)
     panel = np.flatnonzero((data.obs["study"] == PANEL_STUDY).to_numpy())
     cells = np.sort(np.random.default_rng(seed).choice(panel, min(n_cells, panel.size), replace=False))

@@ -29,7 +29,7 @@ import argparse
 import json
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
 from unittest.mock import patch
@@ -47,7 +47,13 @@ from sctrilemma.model import _model as model_module
 from sctrilemma.model import transfer_labels
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-from train_blood_reference import load_blood_data, query_cells, reference_cells, zero_shot_figures
+from train_blood_reference import (
+    label_transfer_figures,
+    load_blood_data,
+    query_cells,
+    reference_cells,
+    zero_shot_figures,
+)
 
 SETTINGS = {
     "leave_kang_out": ["COMBAT2022", "10xPBMC"],
@@ -55,6 +61,11 @@ SETTINGS = {
     "single_study": ["Kang2018"],
 }
 N_TOP_GENES, N_COMPS = 2000, 50
+
+
+def measured_genes_rule(on: bool) -> AbstractContextManager:
+    """A context in which training keeps the measured-genes rule (``on``) or takes every gene as measured everywhere."""
+    return nullcontext() if on else patch.object(model_module, "measured_genes_per_dataset", lambda _: None)
 
 
 def sctrilemma_zero_shot(
@@ -72,7 +83,7 @@ def sctrilemma_zero_shot(
     SCTrilemma.setup_anndata(reference, donor_key="donor", dataset_key="study")
     model = SCTrilemma(reference, preset="small", **(model_kwargs or {}))
     start = time.perf_counter()
-    with nullcontext() if measured_genes else patch.object(model_module, "measured_genes_per_dataset", lambda _: None):
+    with measured_genes_rule(measured_genes):
         model.train(max_epochs=10_000, max_time=timedelta(seconds=budget_s), enable_progress_bar=False)
     facts = {"train_s": round(time.perf_counter() - start, 1), "steps": int(model.trainer.global_step)}
     query_model = SCTrilemma.load_query_data(query.copy(), model)
@@ -120,11 +131,7 @@ def pca_zero_shot(reference: ad.AnnData, query: ad.AnnData, seed: int) -> tuple[
 def transfer_accuracy(reference_embedding: np.ndarray, reference: ad.AnnData, embedding: np.ndarray, query) -> dict:
     """Accuracy of the reference's Kang cell types transferred to the query (weighted 15-NN vote, with unknowns)."""
     result = transfer_labels(reference_embedding, reference.obs["cell_type"].to_numpy(), embedding)
-    truth = query.obs["cell_type"].astype(str).to_numpy()
-    return {
-        "label_transfer_accuracy": round(float((result["prediction"].astype(str).to_numpy() == truth).mean()), 4),
-        "label_transfer_unknown_rate": round(float(result["is_unknown"].mean()), 4),
-    }
+    return label_transfer_figures(result, query)
 
 
 def study_mixing(embedding: np.ndarray, studies: np.ndarray, n_neighbors: int = 15) -> float:

@@ -113,6 +113,15 @@ def zero_shot_figures(embedding: np.ndarray, query: ad.AnnData, seed: int = 0) -
     return {key: round(float(value), 4) for key, value in figures.items()}
 
 
+def label_transfer_figures(transferred: pd.DataFrame, query: ad.AnnData) -> dict[str, float]:
+    """Accuracy of transferred labels against the query's ``cell_type`` (unknown counts as wrong), and the unknown rate."""
+    correct = transferred["prediction"].astype(str).to_numpy() == query.obs["cell_type"].astype(str).to_numpy()
+    return {
+        "label_transfer_accuracy": round(float(correct.mean()), 4),
+        "label_transfer_unknown_rate": round(float(transferred["is_unknown"].mean()), 4),
+    }
+
+
 def embedded_reference_cells(reference: ad.AnnData, n_cells: int, seed: int) -> ad.AnnData:
     """A random ``n_cells`` of the reference's cells with their ``obs`` and embedding, without counts.
 
@@ -155,9 +164,7 @@ def main() -> None:
     query_model = SCTrilemma.load_query_data(query.copy(), args.out)
     figures = zero_shot_figures(query_model.get_latent_representation(), query, seed=args.seed)
     transferred = query_model.transfer_labels(reference, "cell_type")
-    correct = transferred["prediction"].astype(str).to_numpy() == query.obs["cell_type"].astype(str).to_numpy()
-    figures["label_transfer_accuracy"] = round(float(correct.mean()), 4)
-    figures["label_transfer_unknown_rate"] = round(float(transferred["is_unknown"].mean()), 4)
+    figures.update(label_transfer_figures(transferred, query))
     embedded = embedded_reference_cells(reference, args.n_embedded_cells, args.seed)
     embedded.write_h5ad(Path(args.out) / REFERENCE_CELLS_FILE, compression="gzip")
     size_mb = (Path(args.out) / "model.safetensors").stat().st_size / 1e6
