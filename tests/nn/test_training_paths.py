@@ -38,12 +38,18 @@ def _sdpa_attention(
     return attention.to_out(out.transpose(1, 2).reshape(batch, n_queries, width))
 
 
-@pytest.mark.parametrize("with_query_scale", [False, True])
-def test_folded_attention_matches_sdpa_with_gradients(with_query_scale: bool) -> None:
+def _float64_attention() -> CrossAttention:
+    """A float64 attention in training mode whose weights and biases are all far from their initial values (seeded)."""
     torch.manual_seed(0)
     attention = CrossAttention(16, n_heads=4).double().train()
     for parameter in attention.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
+    return attention
+
+
+@pytest.mark.parametrize("with_query_scale", [False, True])
+def test_folded_attention_matches_sdpa_with_gradients(with_query_scale: bool) -> None:
+    attention = _float64_attention()
     queries = torch.randn(3, 40, 16, dtype=torch.float64, requires_grad=True)
     context = torch.randn(3, 4, 16, dtype=torch.float64, requires_grad=True)
     scale = torch.randn(16, dtype=torch.float64, requires_grad=True) if with_query_scale else None
@@ -72,10 +78,7 @@ def test_cheaper_attention_drops_attention_weights_in_training(n_queries: int, n
 
 @pytest.mark.parametrize("with_scales", [False, True])
 def test_absorbed_attention_matches_sdpa_with_gradients(with_scales: bool) -> None:
-    torch.manual_seed(0)
-    attention = CrossAttention(16, n_heads=4).double().train()
-    for parameter in attention.parameters():
-        torch.nn.init.normal_(parameter, std=0.5)
+    attention = _float64_attention()
     queries = torch.randn(4, 3, 16, dtype=torch.float64, requires_grad=True)
     context = torch.randn(4, 40, 16, dtype=torch.float64, requires_grad=True)
     mask = torch.rand(4, 40, generator=torch.Generator().manual_seed(2)) > 0.3
