@@ -12,9 +12,10 @@ from sctrilemma.nn._norm import unit_rms
 
 # Gene tokens (cells x positions) encoded at once in evaluation: bounds activation memory per batch.
 EVAL_TOKEN_BUDGET = 8192
-# Gene queries (cells x genes) decoded at once in evaluation; small enough that each block's
-# activations stay in cache (benchmarks/results/speed/NOTES.md).
-DECODE_TOKEN_BUDGET = 2048
+# Gene queries (cells x genes) decoded at once in evaluation: a few cells' genes per chunk for the small preset,
+# the fastest of 2,048-131,072 measured on Kang 2018; the paper preset decodes as fast at 2,048 or 8,192
+# (benchmarks/results/speed/NOTES.md).
+DECODE_TOKEN_BUDGET = 8192
 
 
 class FastEvalMixin:
@@ -81,35 +82,45 @@ class FastEvalMixin:
     def _decode_eval(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
         """:meth:`decode` in evaluation: groups of cells and genes of about ``DECODE_TOKEN_BUDGET`` queries.
 
-        Genes do not attend to each other, so splitting them gives the same logits. Where it is cheaper,
-        each group's blocks run as :class:`~sctrilemma.nn.ShortContextBlock` (keys and values folded into
-        the projections); otherwise the plain blocks run.
+        Genes do not attend to each other, so splitting them gives the same logits. The gene queries'
+        embeddings are looked up once per call. Where it is cheaper, the blocks run as
+        :class:`~sctrilemma.nn.ShortContextBlock` (keys and values folded into the projections, the count head
+        into the last feed-forward layer); otherwise the plain blocks run.
         """
         batch, n_genes = z_tokens.shape[0], genes.shape[-1]
-        genes = genes.expand(batch, n_genes) if genes.dim() == 1 else genes
-        modulation = self.query_router.modulation(pooled_sample)
         plain_flops, folded_flops = self.decoder[0].attention.short_context_flops(n_genes, z_tokens.shape[1])
         cells_per_group = max(1, DECODE_TOKEN_BUDGET // max(1, n_genes))
         genes_per_chunk = max(1, DECODE_TOKEN_BUDGET // cells_per_group)
-        dtype = torch.bfloat16 if self.uses_bf16(z_tokens.device) else torch.float32
         logits = torch.empty(batch, n_genes, 2, device=z_tokens.device)
-        folded = folded_flops < plain_flops
-        blocks = [ShortContextBlock(block, dtype) for block in self.decoder] if folded else []
-        workspace = Workspace()
-        for start in range(0, batch, cells_per_group):
-            cells = slice(start, start + cells_per_group)
-            for block in blocks:
-                block.set_context(z_tokens[cells])
-            for gene_start in range(0, n_genes, genes_per_chunk):
-                chunk = slice(gene_start, gene_start + genes_per_chunk)
-                if not folded:
+        if folded_flops >= plain_flops:
+            genes = genes.expand(batch, n_genes) if genes.dim() == 1 else genes
+            for start in range(0, batch, cells_per_group):
+                cells = slice(start, start + cells_per_group)
+                for gene_start in range(0, n_genes, genes_per_chunk):
+                    chunk = slice(gene_start, gene_start + genes_per_chunk)
                     logits[cells, chunk] = self._decode_plain(
                         z_tokens[cells], pooled_sample[cells], genes[cells, chunk]
                     )
-                    continue
-                gene_modulation = None if modulation is None else modulation[cells]
-                queries = self.query_router(self.decoder_gene_embedding(genes[cells, chunk]), gene_modulation).float()
+            return logits
+        dtype = torch.bfloat16 if self.uses_bf16(z_tokens.device) else torch.float32
+        *blocks, last = self.decoder
+        blocks = [ShortContextBlock(block, dtype) for block in blocks]
+        blocks.append(ShortContextBlock(last, dtype, readout=self.count_head))
+        embeddings = self.decoder_gene_embedding(genes).float()
+        modulation = self.query_router.modulation(pooled_sample)
+        workspace = Workspace()
+        for block in blocks:
+            block.set_context(z_tokens)
+        for start in range(0, batch, cells_per_group):
+            cells = slice(start, start + cells_per_group)
+            n_cells = min(batch, start + cells_per_group) - start
+            for gene_start in range(0, n_genes, genes_per_chunk):
+                chunk = slice(gene_start, gene_start + genes_per_chunk)
+                embedding = embeddings[chunk] if genes.dim() == 1 else embeddings[cells, chunk]
+                routed = self.query_router(embedding, None if modulation is None else modulation[cells])
+                queries = workspace.get("queries", (n_cells, *routed.shape[-2:]), torch.float32, routed.device)
+                queries.copy_(routed)  # the blocks update it in place
                 for block in blocks:
-                    queries = block(queries, workspace)
-                logits[cells, chunk] = self.count_head(queries)
+                    queries = block(queries, workspace, cells)
+                logits[cells, chunk] = queries
         return logits

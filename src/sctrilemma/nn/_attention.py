@@ -271,32 +271,50 @@ class _FoldedFeedForward:
     """A block's RMSNorm and SwiGLU residual branch in evaluation, for the prepared blocks below.
 
     The RMSNorm weight is folded into the first projection and the weights are cast once to ``dtype``;
-    the hidden layer is activated in place in reused ``Workspace`` buffers. No dropout, no autograd.
+    the hidden layer is activated in place in reused ``Workspace`` buffers. No dropout, no autograd. With
+    ``readout``, the branch's output projection and ``readout`` are folded into one ``(n_out, n_ffn)`` map, as
+    in :meth:`~sctrilemma.nn.SwiGLU.read_out`, and :meth:`read_out` gives ``readout(residual + branch)``.
     """
 
-    def __init__(self, block: CrossAttentionBlock, dtype: torch.dtype) -> None:
+    def __init__(self, block: CrossAttentionBlock, dtype: torch.dtype, readout: nn.Linear | None = None) -> None:
         ffn = block.ffn
         self.eps, self.dtype = block.norm_ffn.eps, dtype
         self.in_weight = (ffn.proj_in.weight * block.norm_ffn.weight).to(dtype)
         self.in_bias = ffn.proj_in.bias.to(dtype)
         self.out_weight = ffn.proj_out.weight.to(dtype)
         self.out_bias = ffn.proj_out.bias.to(dtype)
+        if readout is not None:
+            self.readout_weight = readout.weight.float()
+            self.folded_weight = (readout.weight @ ffn.proj_out.weight).to(dtype)
+            folded_bias = readout.weight @ ffn.proj_out.bias
+            self.folded_bias = (folded_bias if readout.bias is None else folded_bias + readout.bias).float()
 
-    def add_to(self, residual: torch.Tensor, workspace: Workspace) -> torch.Tensor:
-        """Add the branch to the contiguous fp32 ``residual`` ``(..., d)`` in place."""
-        rows = residual.view(-1, residual.shape[-1])
-        dtype, device = self.dtype, residual.device
+    def _activated(self, rows: torch.Tensor, workspace: Workspace) -> torch.Tensor:
+        dtype, device = self.dtype, rows.device
         unit = unit_rms(rows, self.eps, out=workspace.get("unit", rows.shape, dtype, device))
         hidden_shape = (rows.shape[0], self.in_weight.shape[0])
         hidden = torch.addmm(
             self.in_bias, unit, self.in_weight.t(), out=workspace.get("hidden", hidden_shape, dtype, device)
         )
         gate, value = hidden.chunk(2, dim=-1)
-        gate = F.silu(gate, inplace=True).mul_(value)
+        return F.silu(gate, inplace=True).mul_(value)
+
+    def add_to(self, residual: torch.Tensor, workspace: Workspace) -> torch.Tensor:
+        """Add the branch to the contiguous fp32 ``residual`` ``(..., d)`` in place."""
+        rows = residual.view(-1, residual.shape[-1])
+        gate = self._activated(rows, workspace)
         rows += torch.addmm(
-            self.out_bias, gate, self.out_weight.t(), out=workspace.get("update", rows.shape, dtype, device)
+            self.out_bias, gate, self.out_weight.t(), out=workspace.get("update", rows.shape, self.dtype, rows.device)
         )
         return residual
+
+    def read_out(self, residual: torch.Tensor, workspace: Workspace) -> torch.Tensor:
+        """``readout(residual + branch(residual))`` ``(..., n_out)`` in fp32; the ``(..., d)`` update is never formed."""
+        rows = residual.view(-1, residual.shape[-1])
+        gate = self._activated(rows, workspace)
+        out = torch.addmm(self.folded_bias, rows, self.readout_weight.t())
+        out += torch.mm(gate, self.folded_weight.t())
+        return out.view(*residual.shape[:-1], -1)
 
 
 class ShortContextBlock:
@@ -316,12 +334,15 @@ class ShortContextBlock:
         The block to evaluate.
     dtype
         Arithmetic of the matrix products (``torch.float32`` or ``torch.bfloat16``).
+    readout
+        A linear map applied to the block's output (the decoder's count head), folded into the feed-forward
+        layer's output projection: the block then returns its ``(batch, n, n_out)`` result.
     """
 
-    def __init__(self, block: CrossAttentionBlock, dtype: torch.dtype) -> None:
-        self.block, self.dtype = block, dtype
+    def __init__(self, block: CrossAttentionBlock, dtype: torch.dtype, readout: nn.Linear | None = None) -> None:
+        self.block, self.dtype, self.readout = block, dtype, readout
         self.out_bias = block.attention.to_out.bias.to(dtype)
-        self.feed_forward = _FoldedFeedForward(block, dtype)
+        self.feed_forward = _FoldedFeedForward(block, dtype, readout)
 
     def set_context(self, context: torch.Tensor) -> None:
         """Fold the keys and values of the cells' latent tokens ``context`` ``(batch, K, d)`` into ``M_c, m_c, N_c``."""
@@ -335,10 +356,14 @@ class ShortContextBlock:
         self.value_weight = value_weight.to(self.dtype)
         self.context_shape = (heads, n_context)
 
-    def __call__(self, queries: torch.Tensor, workspace: Workspace | None = None) -> torch.Tensor:
+    def __call__(
+        self, queries: torch.Tensor, workspace: Workspace | None = None, cells: slice = slice(None)
+    ) -> torch.Tensor:
         """Update fp32 ``queries`` ``(batch, n, d)`` of the cells of :meth:`set_context` in place; without autograd.
 
-        ``workspace`` holds the intermediate buffers; pass the same one for every chunk of a loop.
+        ``workspace`` holds the intermediate buffers; pass the same one for every chunk of a loop. ``cells`` selects
+        the queries' cells among those of :meth:`set_context` (all by default). A block prepared with a ``readout``
+        returns ``readout(updated queries)`` ``(batch, n, n_out)`` instead.
         """
         batch, n_queries, _ = queries.shape
         block, dtype, device = self.block, self.dtype, queries.device
@@ -346,13 +371,18 @@ class ShortContextBlock:
         unit = unit_rms(queries, block.norm_queries.eps, out=workspace.get("unit", queries.shape, dtype, device))
         scores_shape = (batch, n_queries, self.score_weight.shape[-1])
         scores = torch.baddbmm(
-            self.score_bias, unit, self.score_weight, out=workspace.get("scores", scores_shape, dtype, device)
+            self.score_bias[cells],
+            unit,
+            self.score_weight[cells],
+            out=workspace.get("scores", scores_shape, dtype, device),
         )
         weights = workspace.get("weights", scores_shape, dtype, device)
         heads_shape = (batch, n_queries, *self.context_shape)
         torch.softmax(scores.view(heads_shape), dim=-1, out=weights.view(heads_shape))
         update = workspace.get("update", queries.shape, dtype, device)
-        queries += torch.baddbmm(self.out_bias, weights, self.value_weight, out=update)
+        queries += torch.baddbmm(self.out_bias, weights, self.value_weight[cells], out=update)
+        if self.readout is not None:
+            return self.feed_forward.read_out(queries, workspace)
         return self.feed_forward.add_to(queries, workspace)
 
 
