@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from sctrilemma.nn import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock, SwiGLU
 from sctrilemma.nn._attention import Workspace
@@ -134,6 +135,24 @@ def test_short_context_block_matches_the_block(perturb_norms_and_biases) -> None
     assert out_bf16.dtype == torch.float32
     assert not torch.equal(out_bf16, out)
     assert F.cosine_similarity(out_bf16, expected, dim=-1).min() > 0.999
+
+
+def test_short_context_block_with_a_readout_gives_the_readout_of_the_block(perturb_norms_and_biases) -> None:
+    """The count head folded into the feed-forward layer's output projection gives ``readout(block(queries))``."""
+    torch.manual_seed(0)
+    block = CrossAttentionBlock(32, n_heads=2, dropout_rate=0.0, ffn_multiplier=1.0).eval()
+    perturb_norms_and_biases(block)
+    readout = nn.Linear(32, 2)
+    queries, context = torch.randn(3, 40, 32), 2.0 * torch.randn(3, 4, 32)
+    with torch.no_grad():
+        expected = readout(block(queries, context))
+        folded = ShortContextBlock(block, torch.float32, readout=readout)
+        folded.set_context(context)
+        out = folded(queries.clone(), Workspace())
+        second = folded(queries[1:].clone(), Workspace(), cells=slice(1, 3))  # a subset of the context's cells
+    assert out.shape == (3, 40, 2)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(second, expected[1:], rtol=1e-5, atol=1e-5)
 
 
 def test_gated_silu_gradient_matches_autograd() -> None:
