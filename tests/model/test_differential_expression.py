@@ -93,3 +93,37 @@ def test_every_call_form(de_model: SCTrilemma):
     assert {"lfc_mean", "proba_not_de", "is_de_fdr_0.05"} <= set(change.columns)
     vanilla = de_model.differential_expression(groupby="cell_type", group1=MONOCYTES, mode="vanilla", **kwargs)
     assert {"proba_m1", "proba_m2", "bayes_factor"} <= set(vanilla.columns)
+
+
+def test_sampled_rows_with_one_sample_per_cell_are_scvis(de_model: SCTrilemma):
+    """With fewer rows asked than cells, scVI keeps rows of posterior means; only those rows are decoded here."""
+    cells = np.arange(0, 300, 2)
+    np.random.seed(0)
+    rows = de_model.get_normalized_expression(indices=cells, n_samples_overall=60, return_numpy=True)
+    np.random.seed(0)
+    drawn = np.random.choice(cells.size, 60)  # the draw scVI makes after decoding every cell
+    every_cell = de_model.get_normalized_expression(indices=cells, return_numpy=True)
+    assert rows.shape == (60, de_model.adata.n_vars)
+    np.testing.assert_allclose(rows, every_cell[drawn], rtol=1e-5, atol=1e-8)
+
+
+def test_sampled_rows_with_several_samples_per_cell_are_posterior_draws(de_model: SCTrilemma):
+    """With more rows asked than cells, rows are posterior draws: one per drawn (sample, cell), shared by repeats."""
+    cells = np.arange(40)
+    np.random.seed(1)
+    rows = de_model.get_normalized_expression(indices=cells, n_samples_overall=400, return_numpy=True)
+    np.random.seed(1)
+    drawn = np.random.choice(11 * cells.size, 400)  # 400 // 40 + 1 samples of each cell, as scVI decodes
+    means = de_model.get_normalized_expression(indices=cells, return_numpy=True)[drawn % cells.size]
+    assert rows.shape == (400, de_model.adata.n_vars)
+    np.testing.assert_allclose(rows.sum(1), 1.0, rtol=1e-5)
+    first = {row: position for position, row in enumerate(drawn)}
+    repeats = [(position, first[row]) for position, row in enumerate(drawn) if first[row] != position]
+    assert repeats
+    for position, original in repeats:
+        np.testing.assert_array_equal(rows[position], rows[original])
+    # draws around each cell's posterior mean: not the mean itself, but close to it and to no other cell's mean
+    assert not np.allclose(rows, means)
+    distance_to_own = np.abs(np.log(rows) - np.log(means)).mean(1)
+    distance_to_other = np.abs(np.log(rows) - np.log(np.roll(means, 7, axis=0))).mean(1)
+    assert np.mean(distance_to_own < distance_to_other) > 0.8

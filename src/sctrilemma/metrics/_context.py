@@ -1,5 +1,6 @@
-"""Context-invariance metrics: BRAS, iLISI and PCR comparison (RQ1), the modality metrics of the RQ3 supplement, and
-sequencing-depth R^2.
+"""Context-invariance metrics.
+
+BRAS, iLISI and PCR comparison (RQ1), the modality metrics of the RQ3 supplement, and sequencing-depth R^2.
 
 BRAS, iLISI, PCR comparison and modality ASW delegate to ``scib_metrics``, whose definitions match the paper's
 (Appendix C.2 and C.5 of :cite:p:`sctrilemma`); modality R^2 and conditional iLISI have no scib-metrics counterpart.

@@ -109,6 +109,10 @@ class ExpressionMixin:
 
         Notes
         -----
+        With ``n_samples_overall`` (how :meth:`differential_expression` samples each group), the rows that scVI's
+        method would keep are drawn first and only they are decoded: the same distribution of rows, at a fraction
+        of the decoding.
+
         On a zero-shot query (:meth:`load_query_data`) ``gene_list`` may name reference genes the query
         did not measure (``adata.var["measured"]`` is ``False``). Their values are imputed: the decoder
         predicts them from the cell's latent tokens as it learned on the reference data. They are only
@@ -143,6 +147,10 @@ class ExpressionMixin:
                 )
             return_numpy = True
         self.module.eval()
+        if n_samples_overall is not None and dataloader is None and weights in (None, "uniform"):
+            return self._drawn_rows(adata, indices, n_samples_overall, library_size, batch_size, data_loader_kwargs)[
+                ..., columns
+            ]
         values = super().get_normalized_expression(
             adata=adata,
             indices=indices,
@@ -164,6 +172,44 @@ class ExpressionMixin:
             return values
         cells = np.arange(adata.n_obs) if indices is None else np.asarray(indices)
         return pd.DataFrame(values, index=adata.obs_names[cells], columns=pd.Index(genes[columns]))
+
+    def _drawn_rows(
+        self,
+        adata: AnnData | MuData,
+        indices: Sequence[int] | None,
+        n_samples_overall: int,
+        library_size: float | str,
+        batch_size: int | None,
+        data_loader_kwargs: dict | None,
+    ) -> np.ndarray:
+        """``n_samples_overall`` rows of expression drawn as scVI draws them, decoding only the rows drawn.
+
+        scVI decodes ``n_samples_overall // n_cells + 1`` posterior samples of every cell (the posterior mean when
+        that is one) and keeps ``n_samples_overall`` of these rows, drawn uniformly with replacement. The same
+        NumPy draw picks the rows first here, and only those are decoded: the same distribution, and with one sample
+        per cell the same values, at a fraction of the decoding (what differential expression spends its time on).
+        """
+        cells = np.arange(adata.n_obs) if indices is None else np.asarray(indices)
+        n_samples = n_samples_overall // len(cells) + 1
+        # NumPy's global generator, as scVI draws (``scvi.settings.seed`` seeds it)
+        rows = np.random.choice(n_samples * len(cells), n_samples_overall)  # noqa: NPY002
+        drawn, inverse = np.unique(rows, return_inverse=True)
+        if n_samples == 1:
+            values = super().get_normalized_expression(
+                adata=adata,
+                indices=cells[drawn],
+                library_size="latent" if isinstance(library_size, str) else library_size,
+                batch_size=batch_size,
+                return_numpy=True,
+                data_loader_kwargs=data_loader_kwargs,
+            )
+            return values[inverse]
+        scale = None if isinstance(library_size, str) else library_size
+        loader = self._make_data_loader(
+            adata=adata, indices=cells[drawn % len(cells)], batch_size=batch_size, **(data_loader_kwargs or {})
+        )
+        values = np.concatenate([self.module.drawn_expression(tensors, scale).cpu().numpy() for tensors in loader])
+        return values[inverse]
 
     def _gene_positions(self, genes: np.ndarray, gene_list: Sequence[str] | str) -> np.ndarray:
         """Positions in ``genes`` of ``gene_list`` entries given by name or, where symbols are known, by symbol."""

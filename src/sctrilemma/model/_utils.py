@@ -126,8 +126,9 @@ def training_split(
     min_expressed_genes: int,
     seed: int,
 ) -> list[np.ndarray]:
-    """Seeded train/validation/test indices of cells with ``n_expressed`` genes each; cells with fewer than
-    ``min_expressed_genes`` go to the test split.
+    """Seeded train/validation/test indices of cells with ``n_expressed`` genes each.
+
+    Cells with fewer than ``min_expressed_genes`` go to the test split.
     """
     eligible = np.flatnonzero(n_expressed >= min_expressed_genes)
     if eligible.size == 0:

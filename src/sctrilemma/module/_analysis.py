@@ -1,5 +1,6 @@
-"""Analysis methods of the module for scvi-tools' ``RNASeqMixin`` and ``VAEMixin``: all-gene decoding,
-posterior predictive samples and the importance-sampled marginal log-likelihood.
+"""Analysis methods of the module for scvi-tools' ``RNASeqMixin`` and ``VAEMixin``.
+
+All-gene decoding, posterior predictive samples and the importance-sampled marginal log-likelihood.
 
 Written against the module's public contract only: ``inference(x, n_samples=...)`` (``"z"``, ``"qz"`` and the
 token keys), ``decode(z_tokens, pooled_sample, genes)``, ``prior_parameters(tensors)``, ``pooling``, ``px_r`` and
@@ -13,14 +14,13 @@ import warnings
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from scvi import REGISTRY_KEYS, settings
-from scvi.distributions import ZeroInflatedNegativeBinomial
 from torch.distributions import Normal
 
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 
 if TYPE_CHECKING:
+    from scvi.distributions import ZeroInflatedNegativeBinomial
     from scvi.module.base import LossOutput
 
 # Genes decoded per call when decoding the whole vocabulary; the decoder treats genes independently,
@@ -29,9 +29,9 @@ GENE_CHUNK = 4096
 
 
 class AnalysisModuleMixin:
-    """All-gene expression distribution, predictive sampling and marginal likelihood (place before
-    :class:`~scvi.module.base.BaseModuleClass` in the bases).
+    """All-gene expression distribution, predictive sampling and marginal likelihood.
 
+    Place before :class:`~scvi.module.base.BaseModuleClass` in the bases.
     ``forward(..., compute_loss=False)`` (what scvi-tools' ``RNASeqMixin`` calls for normalized
     expression, likelihood parameters and denoised samples) returns the zero-inflated negative binomial
     over **all** genes of the vocabulary, with the softmax proportions normalised over all of them and the
@@ -89,15 +89,22 @@ class AnalysisModuleMixin:
             ],
             dim=1,
         ).view(*leading, self.n_input, 2)
-        mean_logit, zi_logit = logits.unbind(-1)
-        scale = torch.softmax(mean_logit, dim=-1)
-        px = ZeroInflatedNegativeBinomial(
-            mu=scale * library.to(scale.device),
-            theta=F.softplus(self.px_r.float()).expand_as(scale),
-            zi_logits=zi_logit,
-            scale=scale,
-        )
+        px = self.count_distribution(logits, None, library)
         return {KEYS.PX_KEY: px}
+
+    @torch.inference_mode()
+    def drawn_expression(self, tensors: dict[str, torch.Tensor], library_size: float | None) -> torch.Tensor:
+        """Expression over all genes ``(batch, n_input)`` at one posterior draw of each cell's latent tokens.
+
+        The decoder's proportions times ``library_size``, or with ``None`` the ZINB mean (proportions times the
+        observed total). Each row of the batch gets its own draw, so a cell listed twice gets two.
+        """
+        outputs = self.inference(**self._get_inference_input(tensors))
+        q_mean, q_logvar = outputs[KEYS.QZ_TOKENS_MEAN_KEY], outputs[KEYS.QZ_TOKENS_LOGVAR_KEY]
+        z_tokens = q_mean + torch.exp(0.5 * q_logvar) * torch.randn_like(q_mean)
+        drawn = self.inference_outputs(z_tokens, q_mean, q_logvar, outputs.get(KEYS.CROP_KEY))
+        px = self.expression_generative(drawn, observed_library(tensors))[KEYS.PX_KEY]
+        return px.mu if library_size is None else px.scale * library_size
 
     @torch.inference_mode()
     def predictive_sample(

@@ -390,28 +390,46 @@ class SCTrilemmaModule(
         flat_pooled = pooled_sample.reshape(-1, pooled_sample.shape[-1])
         genes = target.genes.expand(*leading[:-1], *target.genes.shape).reshape(-1, target.genes.shape[-1])
         logits = self.decode(flat_tokens, flat_pooled, genes).view(*leading, -1, 2)
-        mean_logit, zi_logit = logits.unbind(-1)
-        if target.mask is not None:
-            mean_logit = mean_logit.masked_fill(~target.mask, float("-inf"))
         if target.weights is None:
-            proportions = torch.softmax(mean_logit, dim=-1)
             library = (target.counts * (1.0 if target.mask is None else target.mask)).sum(-1, keepdim=True)
-        else:
-            if library is None:
-                raise ValueError("A weighted target sample needs the cells' whole `library`.")
-            # Horvitz-Thompson estimate of the normaliser over all genes: log sum_g w_g exp(logit_g).
-            log_normaliser = torch.logsumexp(mean_logit + target.weights.log(), dim=-1, keepdim=True)
+        elif library is None:
+            raise ValueError("A weighted target sample needs the cells' whole `library`.")
+        px = self.count_distribution(logits, target.genes, library, weights=target.weights, mask=target.mask)
+        return {KEYS.PX_KEY: px, KEYS.TARGET_KEY: target}
+
+    def count_distribution(
+        self,
+        logits: torch.Tensor,
+        genes: torch.Tensor | None,
+        library: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> ZeroInflatedNegativeBinomial:
+        """The ZINB of the decoder's ``logits`` ``(..., n, 2)`` for ``genes`` (``None``: every gene, in order).
+
+        Without ``weights`` the proportions are the softmax over the ``n`` genes; with the Horvitz-Thompson
+        ``weights`` of a :func:`~sctrilemma.module.target_sample`, proportions of the whole transcriptome whose
+        normaliser is estimated from the weighted genes. The mean is the proportions times ``library``
+        ``(..., 1)``. Genes outside ``mask`` get proportion 0 and a finite mean (their NLL is unused).
+        """
+        mean_logit, zi_logit = logits.unbind(-1)
+        if mask is not None:
+            mean_logit = mean_logit.masked_fill(~mask, float("-inf"))
+        if weights is None:
+            proportions = torch.softmax(mean_logit, dim=-1)
+        else:  # log sum_g w_g exp(logit_g), the estimated log normaliser over all genes
+            log_normaliser = torch.logsumexp(mean_logit + weights.log(), dim=-1, keepdim=True)
             proportions = torch.exp(mean_logit - log_normaliser)
-        mean = proportions * library
-        if target.mask is not None:  # a finite mean at masked positions keeps their (unused) NLL finite
-            mean = torch.where(target.mask, mean, torch.ones_like(mean))
-        px = ZeroInflatedNegativeBinomial(
+        mean = proportions * library.to(proportions.device)
+        if mask is not None:
+            mean = torch.where(mask, mean, torch.ones_like(mean))
+        dispersion = F.softplus(self.px_r.to(torch.promote_types(self.px_r.dtype, proportions.dtype)))
+        return ZeroInflatedNegativeBinomial(
             mu=mean,
-            theta=F.softplus(self.px_r)[target.genes],
+            theta=dispersion.expand_as(mean) if genes is None else dispersion[genes],
             zi_logits=zi_logit,
             scale=proportions,
         )
-        return {KEYS.PX_KEY: px, KEYS.TARGET_KEY: target}
 
     # ------------------------------------------------------------------ loss
     def loss(
