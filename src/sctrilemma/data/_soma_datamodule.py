@@ -1,4 +1,10 @@
-"""A Lightning data module streaming cells from a CELLxGENE Census / TileDB-SOMA experiment (via TileDB-SOMA-ML)."""
+"""A Lightning data module streaming cells from a CELLxGENE Census / TileDB-SOMA experiment (via TileDB-SOMA-ML).
+
+scvi-tools' :class:`~scvi.dataloaders.TileDBDataModule` yields scVI's batch, label and covariate tensors; SCTrilemma
+needs each cell's donor and dataset codes under its own registry keys, the PB-Cond pseudo-bulk of every donor streamed
+before training, cells with too few expressed genes left out and a new shuffle each epoch, so this module wraps
+TileDB-SOMA-ML itself.
+"""
 
 from __future__ import annotations
 
