@@ -109,7 +109,7 @@ class ExpressionMixin:
 
         Notes
         -----
-        With ``n_samples_overall`` (how :meth:`differential_expression` samples each group), the rows that scVI's
+        With ``n_samples_overall`` (how ``differential_expression`` samples each group), the rows that scVI's
         method would keep are drawn first and only they are decoded: the same distribution of rows, at a fraction
         of the decoding.
 
