@@ -299,12 +299,14 @@ def test_precision_setting() -> None:
 
 
 @pytest.mark.parametrize("budget", [50, 2048])  # several cell groups and gene chunks, and one group
+@pytest.mark.parametrize("fold_budget", [1, 1 << 22])  # the keys and values folded group by group, or all at once
 @pytest.mark.parametrize("decoder_query", ["gate", "additive", "none"])
 @pytest.mark.parametrize("n_heads", [4, 16])  # folded attention (H K < d + K) and the plain fallback
 def test_eval_decoder_matches_plain_path(
     small_adata: ad.AnnData,
     tiny: dict,
     budget: int,
+    fold_budget: int,
     decoder_query: str,
     n_heads: int,
     monkeypatch: pytest.MonkeyPatch,
@@ -312,6 +314,7 @@ def test_eval_decoder_matches_plain_path(
 ) -> None:
     """Chunked evaluation with keys and values folded into the projections computes the plain decoder."""
     monkeypatch.setattr("sctrilemma.module._fast_eval.DECODE_TOKEN_BUDGET", budget)
+    monkeypatch.setattr("sctrilemma.module._fast_eval.FOLDED_CONTEXT_BUDGET", fold_budget)
     torch.manual_seed(0)
     sizes = {**tiny, "n_heads": n_heads, "n_decoder_layers": 2}
     module = SCTrilemmaModule(small_adata.n_vars, **sizes, decoder_query=decoder_query, prior="normal")

@@ -16,6 +16,9 @@ EVAL_TOKEN_BUDGET = 8192
 # the fastest of 2,048-131,072 measured on Kang 2018; the paper preset decodes as fast at 2,048 or 8,192
 # (benchmarks/results/speed/NOTES.md).
 DECODE_TOKEN_BUDGET = 8192
+# Floats of the decoder blocks' folded keys and values held at once in evaluation: the small preset folds a whole
+# batch of cells at once, the paper preset a few cells at a time.
+FOLDED_CONTEXT_BUDGET = 1 << 22
 
 
 class FastEvalMixin:
@@ -83,7 +86,8 @@ class FastEvalMixin:
         """:meth:`decode` in evaluation: groups of cells and genes of about ``DECODE_TOKEN_BUDGET`` queries.
 
         Genes do not attend to each other, so splitting them gives the same logits. The gene queries'
-        embeddings are looked up once per call. Where it is cheaper, the blocks run as
+        embeddings are looked up once per call, and each block's keys and values folded for up to
+        ``FOLDED_CONTEXT_BUDGET`` floats of cells at a time. Where it is cheaper, the blocks run as
         :class:`~sctrilemma.nn.ShortContextBlock` (keys and values folded into the projections, the count head
         into the last feed-forward layer); otherwise the plain blocks run.
         """
@@ -109,18 +113,22 @@ class FastEvalMixin:
         embeddings = self.decoder_gene_embedding(genes).float()
         modulation = self.query_router.modulation(pooled_sample)
         workspace = Workspace()
-        for block in blocks:
-            block.set_context(z_tokens)
-        for start in range(0, batch, cells_per_group):
-            cells = slice(start, start + cells_per_group)
-            n_cells = min(batch, start + cells_per_group) - start
-            for gene_start in range(0, n_genes, genes_per_chunk):
-                chunk = slice(gene_start, gene_start + genes_per_chunk)
-                embedding = embeddings[chunk] if genes.dim() == 1 else embeddings[cells, chunk]
-                routed = self.query_router(embedding, None if modulation is None else modulation[cells])
-                queries = workspace.get("queries", (n_cells, *routed.shape[-2:]), torch.float32, routed.device)
-                queries.copy_(routed)  # the blocks update it in place
-                for block in blocks:
-                    queries = block(queries, workspace, cells)
-                logits[cells, chunk] = queries
+        folded_per_cell = 2 * self.n_hidden * self.decoder[0].attention.n_heads * z_tokens.shape[1] * len(blocks)
+        cells_per_fold = max(1, FOLDED_CONTEXT_BUDGET // folded_per_cell // cells_per_group) * cells_per_group
+        for fold_start in range(0, batch, cells_per_fold):
+            for block in blocks:
+                block.set_context(z_tokens[fold_start : fold_start + cells_per_fold])
+            for start in range(fold_start, min(batch, fold_start + cells_per_fold), cells_per_group):
+                cells = slice(start, start + cells_per_group)
+                folded = slice(start - fold_start, start - fold_start + cells_per_group)
+                n_cells = min(batch, start + cells_per_group) - start
+                for gene_start in range(0, n_genes, genes_per_chunk):
+                    chunk = slice(gene_start, gene_start + genes_per_chunk)
+                    embedding = embeddings[chunk] if genes.dim() == 1 else embeddings[cells, chunk]
+                    routed = self.query_router(embedding, None if modulation is None else modulation[cells])
+                    queries = workspace.get("queries", (n_cells, *routed.shape[-2:]), torch.float32, routed.device)
+                    queries.copy_(routed)  # the blocks update it in place
+                    for block in blocks:
+                        queries = block(queries, workspace, folded)
+                    logits[cells, chunk] = queries
         return logits
