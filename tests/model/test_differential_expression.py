@@ -98,10 +98,11 @@ def test_every_call_form(de_model: SCTrilemma):
 def test_sampled_rows_with_one_sample_per_cell_are_scvis(de_model: SCTrilemma):
     """With fewer rows asked than cells, scVI keeps rows of posterior means; only those rows are decoded here."""
     cells = np.arange(0, 300, 2)
-    np.random.seed(0)
+    np.random.seed(0)  # noqa: NPY002
     rows = de_model.get_normalized_expression(indices=cells, n_samples_overall=60, return_numpy=True)
-    np.random.seed(0)
-    drawn = np.random.choice(cells.size, 60)  # the draw scVI makes after decoding every cell
+    np.random.seed(0)  # noqa: NPY002
+    # NumPy's global generator, which scVI draws its rows from after decoding every cell
+    drawn = np.random.choice(cells.size, 60)  # noqa: NPY002
     every_cell = de_model.get_normalized_expression(indices=cells, return_numpy=True)
     assert rows.shape == (60, de_model.adata.n_vars)
     np.testing.assert_allclose(rows, every_cell[drawn], rtol=1e-5, atol=1e-8)
@@ -110,10 +111,11 @@ def test_sampled_rows_with_one_sample_per_cell_are_scvis(de_model: SCTrilemma):
 def test_sampled_rows_with_several_samples_per_cell_are_posterior_draws(de_model: SCTrilemma):
     """With more rows asked than cells, rows are posterior draws: one per drawn (sample, cell), shared by repeats."""
     cells = np.arange(40)
-    np.random.seed(1)
+    np.random.seed(1)  # noqa: NPY002
     rows = de_model.get_normalized_expression(indices=cells, n_samples_overall=400, return_numpy=True)
-    np.random.seed(1)
-    drawn = np.random.choice(11 * cells.size, 400)  # 400 // 40 + 1 samples of each cell, as scVI decodes
+    np.random.seed(1)  # noqa: NPY002
+    # scVI decodes 400 // 40 + 1 = 11 samples of each cell, then draws 400 of those rows
+    drawn = np.random.choice(11 * cells.size, 400)  # noqa: NPY002
     means = de_model.get_normalized_expression(indices=cells, return_numpy=True)[drawn % cells.size]
     assert rows.shape == (400, de_model.adata.n_vars)
     np.testing.assert_allclose(rows.sum(1), 1.0, rtol=1e-5)
