@@ -281,13 +281,13 @@ class _FoldedFeedForward:
         self.eps, self.dtype = block.norm_ffn.eps, dtype
         self.in_weight = (ffn.proj_in.weight * block.norm_ffn.weight).to(dtype)
         self.in_bias = ffn.proj_in.bias.to(dtype)
-        self.out_weight = ffn.proj_out.weight.to(dtype)
-        self.out_bias = ffn.proj_out.bias.to(dtype)
-        if readout is not None:
+        if readout is None:
+            self.out_weight = ffn.proj_out.weight.to(dtype)
+            self.out_bias = ffn.proj_out.bias.to(dtype)
+        else:
+            folded_weight, folded_bias = ffn.folded_readout(readout)
             self.readout_weight = readout.weight.float()
-            self.folded_weight = (readout.weight @ ffn.proj_out.weight).to(dtype)
-            folded_bias = readout.weight @ ffn.proj_out.bias
-            self.folded_bias = (folded_bias if readout.bias is None else folded_bias + readout.bias).float()
+            self.folded_weight, self.folded_bias = folded_weight.to(dtype), folded_bias.float()
 
     def _activated(self, rows: torch.Tensor, workspace: Workspace) -> torch.Tensor:
         dtype, device = self.dtype, rows.device

@@ -67,10 +67,13 @@ class SwiGLU(nn.Module):
         """
         if self.training and self.dropout.p > 0.0:
             return readout(residual + self(x, input_scale))
-        weight = readout.weight @ self.proj_out.weight
-        bias = readout.weight @ self.proj_out.bias
-        bias = bias if readout.bias is None else bias + readout.bias
+        weight, bias = self.folded_readout(readout)
         return F.linear(residual, readout.weight) + F.linear(self._hidden(x, input_scale), weight, bias)
+
+    def folded_readout(self, readout: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+        """``readout`` composed with the output projection: weight ``(n_out, n_ffn)`` and bias ``(n_out,)``."""
+        bias = readout.weight @ self.proj_out.bias
+        return readout.weight @ self.proj_out.weight, bias if readout.bias is None else bias + readout.bias
 
     def _hidden(self, x: torch.Tensor, input_scale: torch.Tensor | None) -> torch.Tensor:
         weight = self.proj_in.weight if input_scale is None else self.proj_in.weight * input_scale
