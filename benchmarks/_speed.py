@@ -87,7 +87,7 @@ def encoder_flops(x: torch.Tensor, module: SCTrilemmaModule) -> float:
     """Useful encoder FLOPs, the issue's count ``(4 n d^2 + 4 K n d)`` per block over the cells' real tokens."""
     n = (x > 0).sum(1).clamp(max=module.crop_size).double()
     d, k = module.n_hidden, module.n_latent_tokens
-    return float(len(module.encoder) * (4 * n * d * d + 4 * k * n * d).sum())
+    return float(len(module.encoder.blocks) * (4 * n * d * d + 4 * k * n * d).sum())
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:

@@ -37,10 +37,10 @@ def decoding_flops_per_cell(module) -> float:
     SwiGLU layer; the last block's output projection and the count head fold into one ``(2, n_ffn)`` map.
     """
     width, tokens = module.n_hidden, module.n_latent_tokens
-    heads = module.decoder[0].attention.n_heads
-    ffn = module.decoder[0].ffn.proj_out.in_features
+    heads = module.decoder.blocks[0].attention.n_heads
+    ffn = module.decoder.blocks[0].ffn.proj_out.in_features
     attention_and_hidden = 4 * heads * tokens * width + 2 * width * 2 * ffn
-    per_gene = len(module.decoder) * attention_and_hidden + (len(module.decoder) - 1) * 2 * ffn * width
+    per_gene = len(module.decoder.blocks) * attention_and_hidden + (len(module.decoder.blocks) - 1) * 2 * ffn * width
     per_gene += 2 * ffn * 2 + 2 * width * 2  # the folded read-out of the hidden layer and of the residual stream
     return module.n_input * per_gene
 

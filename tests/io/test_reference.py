@@ -278,7 +278,7 @@ def test_tampered_tensor_fails_checksum(saved: Path, tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     header_size = struct.unpack("<Q", bytes(data[:8]))[0]
     header = json.loads(bytes(data[8 : 8 + header_size]))
-    start, _ = header["module.px_r"]["data_offsets"]
+    start, _ = header["module.decoder.px_r"]["data_offsets"]
     position = 8 + header_size + start + 1
     data[position] ^= 0x01
     path.write_bytes(bytes(data))

@@ -50,7 +50,7 @@ def main(census_dir: str, out_dir: str) -> None:
         "world_size": torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1,
         "seen": recorder.seen,
         "weights": weights.numpy().astype(np.float64).tolist(),
-        "running_mean": model.module.posterior_norm.running_mean.tolist(),
+        "running_mean": model.module.encoder.posterior_norm.running_mean.tolist(),
         "loss": model.history["train_loss"].iloc[:, 0].tolist() if rank == 0 else None,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(report))

@@ -88,7 +88,7 @@ def test_fast_evaluation_matches_the_plain_path_on_cuda(small_adata, tiny, pertu
         fast_mean = module.encode(crop, library)[0]
         out = module.inference(x)
         fast_logits = module.decode(out["z_tokens"], out["z"], genes)
-        plain_logits = module._decode_plain(out["z_tokens"], out["z"], genes)
+        plain_logits = module.decoder._decode_plain(out["z_tokens"], out["z"], genes, module.gene_embedding)
     with torch.enable_grad():  # autograd on selects the plain (training) paths
         plain_mean = module.encode(crop, library)[0].detach()
     torch.testing.assert_close(fast_mean, plain_mean, rtol=1e-4, atol=1e-4)

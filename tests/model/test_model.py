@@ -113,19 +113,19 @@ def test_presets_and_overrides(small_adata):
     assert (paper.module.n_hidden, paper.module.n_latent_tokens, paper.module.crop_size) == (512, 64, 4096)
     # the paper's recipe: the crop is the decoder's target, dropout 0.1, PyTorch's default posterior head
     assert paper.module.n_decoder_targets is None
-    assert paper.module.encoder[0].attention.dropout_rate == pytest.approx(0.1)
-    assert float(paper.module.to_logvar.bias.abs().max()) < 1.0
+    assert paper.module.encoder.blocks[0].attention.dropout_rate == pytest.approx(0.1)
+    assert float(paper.module.encoder.to_logvar.bias.abs().max()) < 1.0
     # the small preset's short-run recipe, each setting overridable
     assert (small.module.n_decoder_targets, small.module.crop_size) == (512, 256)
-    assert small.module.decoder[0].ffn.proj_out.in_features == 64  # feed-forward width 1 x d
-    assert {block.attention.n_heads for block in [*small.module.encoder, *small.module.decoder]} == {1}
-    assert {block.attention.n_heads for block in [*paper.module.encoder, *paper.module.decoder]} == {8}
-    assert small.module.encoder[0].attention.dropout_rate == 0.0
-    assert torch.all(small.module.to_logvar.bias == -4.0)
+    assert small.module.decoder.blocks[0].ffn.proj_out.in_features == 64  # feed-forward width 1 x d
+    assert {block.attention.n_heads for block in [*small.module.encoder.blocks, *small.module.decoder.blocks]} == {1}
+    assert {block.attention.n_heads for block in [*paper.module.encoder.blocks, *paper.module.decoder.blocks]} == {8}
+    assert small.module.encoder.blocks[0].attention.dropout_rate == 0.0
+    assert torch.all(small.module.encoder.to_logvar.bias == -4.0)
     assert (small.module.min_depth_fraction, paper.module.min_depth_fraction) == (0.4, 1.0)  # thinning: small only
     tuned = SCTrilemma(small_adata, preset="small", n_decoder_targets=64, posterior_logvar_init=-2.0)
     assert tuned.module.n_decoder_targets == 64
-    assert torch.all(tuned.module.to_logvar.bias == -2.0)
+    assert torch.all(tuned.module.encoder.to_logvar.bias == -2.0)
     with pytest.raises(ValueError, match="`preset` must be one of"):
         SCTrilemma(small_adata, preset="huge")
 
@@ -138,7 +138,7 @@ def test_saved_model_keeps_its_resolved_sizes(small_adata, tmp_path, monkeypatch
     monkeypatch.setitem(PRESETS, "small", {**PRESETS["small"], "ffn_multiplier": 2.0, "n_decoder_targets": 64})
     loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
     assert loaded.module.n_decoder_targets == 512
-    assert torch.all(loaded.module.to_logvar.bias == -2.0)
+    assert torch.all(loaded.module.encoder.to_logvar.bias == -2.0)
     for name, value in model.module.state_dict().items():
         assert torch.equal(loaded.module.state_dict()[name], value), name
     with pytest.raises(ValueError, match="`prior` must be"):

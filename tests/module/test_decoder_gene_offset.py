@@ -25,8 +25,7 @@ def _gradient_rows(module: SCTrilemmaModule, x: torch.Tensor) -> dict[str, set[i
     inference, _, loss_output = module.forward({"X": x})
     loss_output.loss.backward()
     rows = {"encoder_genes": set(inference["crop"].genes[inference["crop"].mask].tolist())}
-    for name in ("gene_embedding", "decoder_gene_offset"):
-        table = getattr(module, name)
+    for name, table in (("gene_embedding", module.gene_embedding), ("decoder_gene_offset", module.decoder.gene_offset)):
         grad = None if table is None else table.weight.grad
         rows[name] = set() if grad is None else set(torch.nonzero(grad.abs().sum(1)).ravel().tolist())
     return rows
@@ -62,10 +61,10 @@ def test_offsets_start_at_zero_and_change_no_other_start(
     """Adding the offsets draws no random number and leaves the model's function at the start unchanged."""
     without = _module(small_adata, tiny, decoder_gene_offset=False).eval()
     with_offsets = _module(small_adata, tiny, decoder_gene_offset=True).eval()
-    offsets = with_offsets.state_dict().pop("decoder_gene_offset.weight")
+    offsets = with_offsets.state_dict().pop("decoder.gene_offset.weight")
     assert torch.count_nonzero(offsets) == 0
     shared = without.state_dict()
-    assert set(with_offsets.state_dict()) - set(shared) == {"decoder_gene_offset.weight"}
+    assert set(with_offsets.state_dict()) - set(shared) == {"decoder.gene_offset.weight"}
     for name, value in shared.items():
         torch.testing.assert_close(with_offsets.state_dict()[name], value, rtol=0, atol=0)
     _assert_decodes_alike(without, with_offsets, counts[:8], n_genes=200)
@@ -74,7 +73,7 @@ def test_offsets_start_at_zero_and_change_no_other_start(
 @pytest.mark.parametrize(("init", "expected"), [("normal", True), ("pca", False)])
 def test_auto_follows_the_gene_embeddings_start(small_adata: ad.AnnData, tiny: dict, init: str, expected: bool) -> None:
     module = _module(small_adata, tiny, decoder_gene_offset="auto", gene_embedding_init=init)
-    assert (module.decoder_gene_offset is not None) == expected
+    assert (module.decoder.gene_offset is not None) == expected
 
 
 @pytest.mark.parametrize("value", ["yes", None, 1.5])
@@ -92,8 +91,8 @@ def test_fast_evaluation_decoder_reads_the_offsets(small_adata: ad.AnnData, coun
     with torch.no_grad():
         out = module.inference(x)
         before = module.decode(out["z_tokens"], out["z"], genes)
-        module.decoder_gene_offset.weight.normal_()
+        module.decoder.gene_offset.weight.normal_()
         fast = module.decode(out["z_tokens"], out["z"], genes)
-        plain = module._decode_plain(out["z_tokens"], out["z"], genes)
+        plain = module.decoder._decode_plain(out["z_tokens"], out["z"], genes, module.gene_embedding)
     assert (fast - before).abs().max() > 0.1
     torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)

@@ -227,10 +227,10 @@ def test_missing_codes_raise(small_adata: ad.AnnData, tiny: dict) -> None:
 
 def _plain_encode(module: SCTrilemmaModule, crop, library: torch.Tensor) -> torch.Tensor:
     """The plain path (per-block context norm and projection, one padded batch) in evaluation."""
-    latents = module._encode_plain(crop, library)
+    latents = module.encoder._encode_plain(crop, library)
     batch, n_tokens, width = latents.shape
-    latents = module.posterior_norm(latents.reshape(batch * n_tokens, width)).view(batch, n_tokens, width)
-    return module.to_mean(latents)
+    latents = module.encoder.posterior_norm(latents.reshape(batch * n_tokens, width)).view(batch, n_tokens, width)
+    return module.encoder.to_mean(latents)
 
 
 @pytest.mark.parametrize("budget", [64, 16384])
@@ -244,7 +244,7 @@ def test_eval_encoder_matches_plain_path(
     perturb_norms_and_biases,
 ) -> None:
     """Grouping cells by length, bounded token groups and absorbed attention compute the same function."""
-    monkeypatch.setattr("sctrilemma.module._fast_eval.EVAL_TOKEN_BUDGET", budget)
+    monkeypatch.setattr("sctrilemma.module._encoder.EVAL_TOKEN_BUDGET", budget)
     torch.manual_seed(0)
     module = SCTrilemmaModule(small_adata.n_vars, **{**tiny, "n_heads": n_heads, "n_encoder_layers": 2}, prior="normal")
     perturb_norms_and_biases(module)
@@ -313,15 +313,15 @@ def test_eval_decoder_matches_plain_path(
     perturb_norms_and_biases,
 ) -> None:
     """Chunked evaluation with keys and values folded into the projections computes the plain decoder."""
-    monkeypatch.setattr("sctrilemma.module._fast_eval.DECODE_TOKEN_BUDGET", budget)
-    monkeypatch.setattr("sctrilemma.module._fast_eval.FOLDED_CONTEXT_BUDGET", fold_budget)
+    monkeypatch.setattr("sctrilemma.module._decoder.DECODE_TOKEN_BUDGET", budget)
+    monkeypatch.setattr("sctrilemma.module._decoder.FOLDED_CONTEXT_BUDGET", fold_budget)
     torch.manual_seed(0)
     sizes = {**tiny, "n_heads": n_heads, "n_decoder_layers": 2}
     module = SCTrilemmaModule(small_adata.n_vars, **sizes, decoder_query=decoder_query, prior="normal")
     perturb_norms_and_biases(module)
     module.eval()
     module.precision = "fp32"
-    plain_flops, folded_flops = module.decoder[0].attention.short_context_flops(120, tiny["n_latent_tokens"])
+    plain_flops, folded_flops = module.decoder.blocks[0].attention.short_context_flops(120, tiny["n_latent_tokens"])
     assert (folded_flops < plain_flops) == (n_heads == 4)
     x = _tensors(small_adata)["X"][:8]
     shared_genes = torch.arange(300)
@@ -330,7 +330,7 @@ def test_eval_decoder_matches_plain_path(
         out = module.inference(x)
         for genes in (shared_genes, per_cell_genes):
             fast = module.decode(out["z_tokens"], out["z"], genes)
-            plain = module._decode_plain(out["z_tokens"], out["z"], genes)
+            plain = module.decoder._decode_plain(out["z_tokens"], out["z"], genes, module.gene_embedding)
             assert fast.shape == (8, genes.shape[-1], 2)
             assert plain.abs().max() > 0.1
             torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
@@ -360,8 +360,39 @@ def test_training_decoder_in_cell_groups_matches_one_pass(monkeypatch: pytest.Mo
     weight = torch.randn(5, 7, 2, dtype=torch.float64)
     results = []
     for budget in (10_000, 14):  # one pass; groups of 2 cells (14 // 7)
-        monkeypatch.setattr("sctrilemma.module._module.TRAINING_DECODE_BUDGET", budget)
+        monkeypatch.setattr("sctrilemma.module._decoder.TRAINING_DECODE_BUDGET", budget)
         logits = module.decode(tokens, tokens.mean(1), genes)
-        results.append((logits, *torch.autograd.grad((logits * weight).sum(), [tokens, *module.decoder.parameters()])))
+        results.append((logits, *torch.autograd.grad((logits * weight).sum(), [tokens, *module.decoder.blocks.parameters()])))
     for grouped, whole in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(grouped, whole)
+
+
+def test_fast_paths_prepare_their_blocks_once_until_the_weights_change(
+    small_adata: ad.AnnData, tiny: dict, perturb_norms_and_biases
+) -> None:
+    """Evaluation reuses the prepared blocks across batches, and rebuilds them once the weights are replaced."""
+    sizes = {**tiny, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 2}  # both fast paths prepare blocks
+    torch.manual_seed(0)
+    module = perturb_norms_and_biases(SCTrilemmaModule(small_adata.n_vars, **sizes, prior="normal")).eval()
+    torch.manual_seed(1)
+    other = perturb_norms_and_biases(SCTrilemmaModule(small_adata.n_vars, **sizes, prior="normal")).eval()
+    module.precision = other.precision = "fp32"
+    x = _tensors(small_adata)["X"][:16]
+    genes = torch.arange(200)
+    with torch.no_grad():
+        out = module.inference(x)
+        module.decode(out["z_tokens"], out["z"], genes)
+        prepared = (module.encoder._prepared[1], module.decoder._prepared[1])
+        assert prepared[0] is not None
+        out = module.inference(x[8:])
+        module.decode(out["z_tokens"], out["z"], genes)
+        assert (module.encoder._prepared[1], module.decoder._prepared[1]) == prepared  # the same objects
+
+        module.load_state_dict(other.state_dict())  # copies in place: the same tensors, new values
+        out, expected = module.inference(x), other.inference(x)
+        logits = module.decode(out["z_tokens"], out["z"], genes)
+        expected_logits = other.decode(expected["z_tokens"], expected["z"], genes)
+    assert module.encoder._prepared[1] is not prepared[0]
+    assert module.decoder._prepared[1] is not prepared[1]
+    torch.testing.assert_close(out["qz"].loc, expected["qz"].loc)
+    torch.testing.assert_close(logits, expected_logits)

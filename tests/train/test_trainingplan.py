@@ -148,7 +148,7 @@ def test_decoder_gene_offsets_learn_at_their_own_rate(small_adata, tiny):
     """The decoder's gene offsets are their own optimizer group, at a multiple of the rate."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     model = SCTrilemma(small_adata, preset="small", **tiny)
-    offset = model.module.decoder_gene_offset.weight
+    offset = model.module.decoder.gene_offset.weight
     rates = RecordRates()
     model.train(
         max_steps=4,

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 FORMAT_NAME = "sctrilemma-reference"
-FORMAT_VERSION = "1"
+# 2: the module's encoder and decoder are submodules (keys ``encoder.*`` and ``decoder.*``).
+FORMAT_VERSION = "2"
 REFERENCE_FILE = "model.safetensors"
 MODULE_PREFIX = "module."
 CENTROIDS_KEY = "pseudobulk.centroids"
@@ -183,7 +184,8 @@ def read_reference(directory: str | os.PathLike, prefix: str | None = None) -> R
         raise ValueError(f"{path} is a safetensors file but not an sctrilemma reference.")
     if encoded.get("format_version") != FORMAT_VERSION:
         raise ValueError(
-            f"{path} has reference format {encoded.get('format_version')}; this version reads {FORMAT_VERSION}."
+            f"{path} has reference format {encoded.get('format_version')}; this version of sctrilemma reads format "
+            f"{FORMAT_VERSION}. Load it with the sctrilemma version that wrote it, or retrain the model."
         )
     if encoded.get("checksum") != _checksum(tensors, encoded):
         raise ValueError(f"{path} fails its checksum: the file was modified or damaged after it was written.")

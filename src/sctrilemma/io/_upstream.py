@@ -71,7 +71,7 @@ def read_upstream_vocabulary(path: str | PathLike[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- key mapping
-_BLOCK_PARTS = {"encoder_blocks": "encoder", "decoder_blocks": "decoder"}
+_BLOCK_PARTS = {"encoder_blocks": "encoder.blocks", "decoder_blocks": "decoder.blocks"}
 _BLOCK_RENAMES = {
     "norm_q.weight": "norm_queries.weight",
     "norm_kv.weight": "norm_context.weight",
@@ -84,24 +84,24 @@ _BLOCK_RENAMES = {
 _BLOCK_FUSED = ("attn.in_proj_weight", "attn.in_proj_bias", "ff.gate_proj.weight", "ff.gate_proj.bias",
                 "ff.value_proj.weight", "ff.value_proj.bias")  # fmt: skip
 _TOP_RENAMES = {
-    "gene_embedding.gene_id_embedding.weight": "gene_embedding.weight",
-    "raw_proj.weight": "expression_gate.expr_proj.weight",
-    "raw_proj.bias": "expression_gate.expr_proj.bias",
-    "expr_mod.weight": "expression_gate.gate.weight",
-    "expr_mod.bias": "expression_gate.gate.bias",
-    **{f"encoder_output_bn.norm.{b}": f"posterior_norm.{b}"
+    "gene_embedding.gene_id_embedding.weight": "encoder.gene_embedding.weight",
+    "raw_proj.weight": "encoder.expression_gate.expr_proj.weight",
+    "raw_proj.bias": "encoder.expression_gate.expr_proj.bias",
+    "expr_mod.weight": "encoder.expression_gate.gate.weight",
+    "expr_mod.bias": "encoder.expression_gate.gate.bias",
+    **{f"encoder_output_bn.norm.{b}": f"encoder.posterior_norm.{b}"
        for b in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")},
-    "mu_proj.weight": "to_mean.weight",
-    "mu_proj.bias": "to_mean.bias",
-    "logvar_proj.weight": "to_logvar.weight",
-    "logvar_proj.bias": "to_logvar.bias",
-    "z_query_gate.0.weight": "query_router.mlp.0.weight",
-    "z_query_gate.0.bias": "query_router.mlp.0.bias",
-    "z_query_gate.2.weight": "query_router.mlp.2.weight",
-    "z_query_gate.2.bias": "query_router.mlp.2.bias",
-    "output_proj.weight": "count_head.weight",
-    "output_proj.bias": "count_head.bias",
-    "px_r": "px_r",
+    "mu_proj.weight": "encoder.to_mean.weight",
+    "mu_proj.bias": "encoder.to_mean.bias",
+    "logvar_proj.weight": "encoder.to_logvar.weight",
+    "logvar_proj.bias": "encoder.to_logvar.bias",
+    "z_query_gate.0.weight": "decoder.query_router.mlp.0.weight",
+    "z_query_gate.0.bias": "decoder.query_router.mlp.0.bias",
+    "z_query_gate.2.weight": "decoder.query_router.mlp.2.weight",
+    "z_query_gate.2.bias": "decoder.query_router.mlp.2.bias",
+    "output_proj.weight": "decoder.count_head.weight",
+    "output_proj.bias": "decoder.count_head.bias",
+    "px_r": "decoder.px_r",
     "tissue_prior_mu.weight": "prior.to_mean.weight",
     "tissue_prior_mu.bias": "prior.to_mean.bias",
     "tissue_prior_logvar.weight": "prior.to_logvar.weight",
@@ -237,7 +237,7 @@ def upstream_to_module_state(state: dict[str, torch.Tensor]) -> tuple[dict[str, 
         queries = queries[0]
     if queries.dim() != 2 or queries.shape[1] != n_hidden:
         raise ValueError(f"latent_queries has shape {tuple(src['latent_queries'].shape)}, expected (1, K, {n_hidden})")
-    out["latent_queries"] = queries
+    out["encoder.latent_queries"] = queries
     if len(n_ffn_seen) != 1:
         raise ValueError(f"Blocks use different feed-forward widths {sorted(n_ffn_seen)}; expected one.")
     n_ffn = n_ffn_seen.pop()

@@ -31,10 +31,10 @@ def training_units_per_cell(module: torch.nn.Module, n_genes: int) -> tuple[int,
     ``n_decoder_targets`` sampled genes (the small preset).
     """
     width = module.n_hidden
-    ffn_width = module.decoder[0].ffn.proj_out.in_features
+    ffn_width = module.decoder.blocks[0].ffn.proj_out.in_features
     tokens = min(module.crop_size, n_genes)
     targets = tokens if module.n_decoder_targets is None else min(module.n_decoder_targets, n_genes)
-    return len(module.encoder) * tokens * width, len(module.decoder) * targets * (width + ffn_width)
+    return len(module.encoder.blocks) * tokens * width, len(module.decoder.blocks) * targets * (width + ffn_width)
 
 
 def training_bytes_per_cell(module: torch.nn.Module, n_genes: int) -> float:

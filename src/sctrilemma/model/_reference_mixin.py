@@ -399,7 +399,7 @@ def _freeze_for_query(
     module: torch.nn.Module, unfrozen: bool, freeze_expression: bool, freeze_dropout: bool, freeze_batchnorm: bool
 ) -> None:
     """scArches-style freezing of a query model's module (see :meth:`ReferenceMixin.load_query_data`)."""
-    gene_level = ("gene_embedding.", "expression_gate.", "decoder_gene_offset.")
+    gene_level = ("encoder.gene_embedding.", "encoder.expression_gate.", "decoder.gene_offset.")
     trainable = ("",) if unfrozen else () if freeze_expression else gene_level
     for name, parameter in module.named_parameters():
         parameter.requires_grad_(any(name.startswith(prefix) for prefix in trainable))

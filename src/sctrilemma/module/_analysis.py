@@ -3,8 +3,8 @@
 All-gene decoding, posterior predictive samples and the importance-sampled marginal log-likelihood.
 
 Written against the module's public contract only: ``inference(x, n_samples=...)`` (``"z"``, ``"qz"`` and the
-token keys), ``decode(z_tokens, pooled_sample, genes)``, ``prior_parameters(tensors)``, ``pooling``, ``px_r`` and
-``n_input``; training (``generative``/``loss``) is untouched.
+token keys), ``decode(z_tokens, pooled_sample, genes)``, ``decoder.count_distribution``, ``prior_parameters(tensors)``,
+``pooling`` and ``n_input``; training (``generative``/``loss``) is untouched.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class AnalysisModuleMixin:
             ],
             dim=1,
         ).view(*leading, self.n_input, 2)
-        px = self.count_distribution(logits, None, library)
+        px = self.decoder.count_distribution(logits, None, library)
         return {KEYS.PX_KEY: px}
 
     @torch.inference_mode()

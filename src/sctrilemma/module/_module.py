@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Literal
 
 import torch
-import torch.nn.functional as F
 from scvi import REGISTRY_KEYS
-from scvi.distributions import ZeroInflatedNegativeBinomial
+from scvi.data._constants import ADATA_MINIFY_TYPE
 from scvi.module.base import BaseMinifiedModeModuleClass, LossOutput, auto_move_data
 from torch import nn
 from torch.distributions import Normal
 
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma._constants import SCT_REGISTRY_KEYS
-from sctrilemma._normalize import log1p_cp10k_tensor
 from sctrilemma.module._analysis import AnalysisModuleMixin
-from sctrilemma.module._fast_eval import FastEvalMixin
-from sctrilemma.module._minified import MinifiedModeModuleMixin
-from sctrilemma.module._precision import EvalPrecisionMixin
+from sctrilemma.module._decoder import ZINBDecoder
+from sctrilemma.module._encoder import PerceiverEncoder
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, GroupCodePriorMixin, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import (
     GeneCrop,
@@ -29,34 +25,22 @@ from sctrilemma.module._tokens import (
     thin_counts,
     training_crop,
 )
-from sctrilemma.nn import (
-    CrossAttentionBlock,
-    ExpressionGate,
-    QueryRouter,
-    RankSyncedBatchNorm1d,
-    TokenPooling,
-)
-from sctrilemma.nn._norm import unit_rms
+from sctrilemma.nn import TokenPooling
 
 if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
 
 PriorKind = Literal["pseudobulk", "normal"]
 GeneEmbeddingInit = Literal["normal", "pca", "auto"]
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS = ("auto", "fp32", "bf16")
 # "auto" starts the gene embeddings from the data above this many genes (benchmarks/results/quality/NOTES.md).
 PCA_INIT_MIN_GENES = 3000
-# Gene queries decoded at once in CPU training: one group's activations stay in cache from one operator to the
-# next, forward and backward (measured 12-16 % off a small-preset step;
-# benchmarks/results/quality/NOTES.md).
-TRAINING_DECODE_BUDGET = 8192
 
 
 class SCTrilemmaModule(
-    MinifiedModeModuleMixin,
     AnalysisModuleMixin,
     GroupCodePriorMixin,
-    FastEvalMixin,
-    EvalPrecisionMixin,
     BaseMinifiedModeModuleClass,
 ):
     """Gene-token Perceiver VAE of :cite:p:`sctrilemma`.
@@ -115,10 +99,17 @@ class SCTrilemmaModule(
 
     Notes
     -----
-    In evaluation mode the encoder runs an exact fast path (:meth:`encode`) and :attr:`precision`
-    selects the arithmetic of evaluation (embedding and reconstruction); training always runs in fp32.
-    ``inference`` (scvi-tools' minified mode) runs the encoder (``_regular_inference``) or, on data
-    minified by :meth:`~sctrilemma.SCTrilemma.minify_adata`, reads the cached token posteriors.
+    The paper's components each live in one place: the E-Gate tokens and the latent bottleneck in
+    :class:`~sctrilemma.module.PerceiverEncoder`, C-Route and the ZINB likelihood in
+    :class:`~sctrilemma.module.ZINBDecoder`, PB-Cond in :class:`~sctrilemma.module.PseudobulkPrior`. In evaluation
+    without autograd the encoder and the decoder compute the same function by an exact fast path, in the arithmetic
+    of :attr:`precision`; training always runs in fp32.
+
+    ``inference`` follows scvi-tools' minified mode: it runs the encoder on the counts (``_regular_inference``), or,
+    on a batch of data minified by :meth:`~sctrilemma.SCTrilemma.minify_adata` (which carries
+    ``REGISTRY_KEYS.LATENT_QZM_KEY``), reads the cached **token** posteriors, flattened to ``(n_obs, K * n_hidden)``,
+    because the decoder reads the ``K`` latent tokens. The loss always runs the encoder on the counts and is
+    refused on data minified without them.
     """
 
     def __init__(
@@ -154,42 +145,33 @@ class SCTrilemmaModule(
                 raise ValueError(f"`{name}` must be a positive integer, got {value}.")
         if n_decoder_targets is not None and int(n_decoder_targets) < 4:
             raise ValueError(f"`n_decoder_targets` must be None or an integer >= 4, got {n_decoder_targets}.")
+        if not 0.0 < min_depth_fraction <= 1.0:
+            raise ValueError(f"`min_depth_fraction` must be in (0, 1], got {min_depth_fraction}.")
+        if gene_embedding_init not in ("normal", "pca", "auto"):
+            raise ValueError(f"`gene_embedding_init` must be 'normal', 'pca' or 'auto', got {gene_embedding_init!r}.")
+        if decoder_gene_offset not in (True, False, "auto"):
+            raise ValueError(f"`decoder_gene_offset` must be True, False or 'auto', got {decoder_gene_offset!r}.")
+        if gene_embedding_init == "auto":
+            gene_embedding_init = "pca" if n_input > PCA_INIT_MIN_GENES else "normal"
+        if decoder_gene_offset == "auto":
+            decoder_gene_offset = gene_embedding_init == "normal"
         self.n_decoder_targets = n_decoder_targets
         self.n_input = n_input
         self.n_hidden = n_hidden
         self.n_latent_tokens = n_latent_tokens
         self.crop_size = crop_size
-        block_kwargs = {"n_heads": n_heads, "dropout_rate": dropout_rate, "ffn_multiplier": ffn_multiplier}
-
-        self.gene_embedding = nn.Embedding(n_input, n_hidden)  # N(0, 1) init, shared by encoder and decoder
-        self.expression_gate = ExpressionGate(n_hidden, gene_encoding=gene_encoding)
-        self.latent_queries = nn.Parameter(0.02 * torch.randn(n_latent_tokens, n_hidden))
-        self.encoder = nn.ModuleList([CrossAttentionBlock(n_hidden, **block_kwargs) for _ in range(n_encoder_layers)])
-        self.posterior_norm = RankSyncedBatchNorm1d(n_hidden)  # global-batch statistics under DDP
-        self.to_mean = nn.Linear(n_hidden, n_hidden)
-        self.to_logvar = nn.Linear(n_hidden, n_hidden)
-        if not 0.0 < min_depth_fraction <= 1.0:
-            raise ValueError(f"`min_depth_fraction` must be in (0, 1], got {min_depth_fraction}.")
         self.min_depth_fraction = min_depth_fraction
-        if gene_embedding_init not in ("normal", "pca", "auto"):
-            raise ValueError(f"`gene_embedding_init` must be 'normal', 'pca' or 'auto', got {gene_embedding_init!r}.")
-        if gene_embedding_init == "auto":
-            gene_embedding_init = "pca" if n_input > PCA_INIT_MIN_GENES else "normal"
         self.gene_embedding_init = gene_embedding_init
-        if decoder_gene_offset not in (True, False, "auto"):
-            raise ValueError(f"`decoder_gene_offset` must be True, False or 'auto', got {decoder_gene_offset!r}.")
-        if decoder_gene_offset == "auto":
-            decoder_gene_offset = gene_embedding_init == "normal"
-        self.decoder_gene_offset = None
-        if decoder_gene_offset:  # zero at the start, drawing no random numbers (other weights start unchanged)
-            self.decoder_gene_offset = nn.Embedding.from_pretrained(torch.zeros(n_input, n_hidden), freeze=False)
-        if posterior_logvar_init != 0.0:
-            nn.init.constant_(self.to_logvar.bias, posterior_logvar_init)
+        block_kwargs = {"n_heads": n_heads, "dropout_rate": dropout_rate, "ffn_multiplier": ffn_multiplier}
+        self.encoder = PerceiverEncoder(
+            n_input, n_hidden, n_latent_tokens, n_encoder_layers, gene_encoding=gene_encoding,
+            posterior_logvar_init=posterior_logvar_init, **block_kwargs,
+        )  # fmt: skip
         self.pooling = TokenPooling(n_hidden, pooling=pooling)
-        self.query_router = QueryRouter(n_hidden, decoder_query=decoder_query)
-        self.decoder = nn.ModuleList([CrossAttentionBlock(n_hidden, **block_kwargs) for _ in range(n_decoder_layers)])
-        self.count_head = nn.Linear(n_hidden, 2)
-        self.px_r = nn.Parameter(torch.zeros(n_input))
+        self.decoder = ZINBDecoder(
+            n_input, n_hidden, n_decoder_layers, decoder_query=decoder_query, gene_offset=bool(decoder_gene_offset),
+            **block_kwargs,
+        )  # fmt: skip
         self.gene_detection = GeneDetection(n_input)  # names the rare genes for the decoder's target sample
         # (n_datasets, n_genes): the genes each training dataset measured; set by SCTrilemma.train, not saved.
         self.register_buffer("measured_genes", None, persistent=False)
@@ -201,38 +183,109 @@ class SCTrilemmaModule(
         self.group_key_stride = 1
         self.precision = "auto"
 
-    # ------------------------------------------------------------------ encoder
-    def encode(self, crop: GeneCrop, library: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior mean and clamped log-variance of the ``K`` latent tokens, each ``(batch, K, n_hidden)``.
+    @property
+    def precision(self) -> Precision:
+        """Arithmetic of evaluation (embedding and reconstruction): ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
 
-        ``library`` ``(batch, 1)`` is the whole-cell raw total used for ``log1p(CP10K)``. In training,
-        or with autograd on, the plain path runs. In evaluation the same function is computed faster:
-        cells are grouped by number of real tokens, so each group is padded only to its own longest
-        cell, and encoded ``EVAL_TOKEN_BUDGET`` tokens at a time; the blocks run as
-        :class:`~sctrilemma.nn.LongContextBlock` (context normalised once, never projected) where that
-        is cheaper, in the arithmetic of :attr:`precision`.
+        ``"auto"`` is bf16 on CUDA devices that support it and fp32 on CPU; training always runs in fp32. bf16
+        keeps about three significant digits; ``benchmarks/vs_reference.py`` reports each cell's embedding cosine
+        to fp32.
         """
-        if self.training or torch.is_grad_enabled():
-            latents = self._encode_plain(crop, library)
-        else:
-            latents = self._encode_grouped(crop, library)
-        batch, n_tokens, width = latents.shape
-        latents = self.posterior_norm(latents.reshape(batch * n_tokens, width)).view(batch, n_tokens, width)
-        # fp32 even under autocast: the KL term and the decoder's context norm want full precision.
-        return self.to_mean(latents).float(), self.to_logvar(latents).float().clamp(LOGVAR_MIN, LOGVAR_MAX)
+        return self._precision
 
-    def _encode_plain(self, crop: GeneCrop, library: torch.Tensor) -> torch.Tensor:
-        tokens = self.expression_gate(self.gene_embedding(crop.genes), log1p_cp10k_tensor(crop.counts, library))
-        latents = self.latent_queries.expand(tokens.shape[0], -1, -1)
-        eps = {block.norm_context.eps for block in self.encoder}
-        if len(eps) == 1:  # normalise the long context once for all blocks (the same function)
-            unit_context = unit_rms(tokens, eps.pop())
-            for block in self.encoder:
-                latents = block(latents, unit_context, crop.mask, unit_context=True)
-            return latents
-        for block in self.encoder:
-            latents = block(latents, tokens, crop.mask)
-        return latents
+    @precision.setter
+    def precision(self, value: Precision) -> None:
+        if value not in PRECISIONS:
+            raise ValueError(f"`precision` must be one of {PRECISIONS}, got {value!r}.")
+        self._precision = value
+
+    def uses_bf16(self, device: torch.device) -> bool:
+        """Whether evaluation on ``device`` runs under bf16 autocast."""
+        if self.precision == "auto":
+            return device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return self.precision == "bf16"
+
+    def _eval_dtype(self, device: torch.device) -> torch.dtype:
+        return torch.bfloat16 if self.uses_bf16(device) else torch.float32
+
+    @property
+    def gene_embedding(self) -> nn.Embedding:
+        """The gene embeddings: the encoder's gene tokens and the decoder's gene queries."""
+        return self.encoder.gene_embedding
+
+    def encode(self, crop: GeneCrop, library: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mean and clamped log-variance of the ``K`` latent tokens (:class:`PerceiverEncoder`)."""
+        return self.encoder(crop, library, self._eval_dtype(crop.genes.device))
+
+    def decode(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
+        """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes`` (:class:`ZINBDecoder`).
+
+        ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell).
+        """
+        return self.decoder(z_tokens, pooled_sample, genes, self.gene_embedding, self._eval_dtype(z_tokens.device))
+
+    # ------------------------------------------------------------------ inference
+    def _get_inference_input(self, tensors: dict[str, torch.Tensor], full_forward_pass: bool = False) -> dict:
+        """Counts ``{"x"}``, or on minified data the cached ``{"qzm", "qzv", "observed_lib_size"}``."""
+        if full_forward_pass or REGISTRY_KEYS.LATENT_QZM_KEY not in tensors:
+            return {"x": tensors[REGISTRY_KEYS.X_KEY]}
+        return {
+            "qzm": tensors[REGISTRY_KEYS.LATENT_QZM_KEY],
+            "qzv": tensors[REGISTRY_KEYS.LATENT_QZV_KEY],
+            "observed_lib_size": tensors[REGISTRY_KEYS.OBSERVED_LIB_SIZE],
+        }
+
+    @auto_move_data
+    def _cached_inference(
+        self, qzm: torch.Tensor, qzv: torch.Tensor, observed_lib_size: torch.Tensor | None = None, n_samples: int = 1
+    ) -> dict:
+        """Inference outputs from cached token posteriors: means ``qzm`` and variances ``qzv``, ``(batch, K * d)``.
+
+        The same outputs as the encoder's path without a ``crop`` (there are no counts): the tokens are the
+        posterior mean for ``n_samples == 1`` and ``n_samples`` draws otherwise, as in evaluation mode.
+        ``observed_lib_size`` is accepted for scvi-tools' interface; the likelihood reads it from the batch.
+        """
+        del observed_lib_size
+        shape = (qzm.shape[0], self.n_latent_tokens, self.n_hidden)
+        q_mean = qzm.float().reshape(shape)
+        q_logvar = torch.log(qzv.float().reshape(shape)).clamp(LOGVAR_MIN, LOGVAR_MAX)
+        if n_samples > 1:
+            z_tokens = Normal(q_mean, torch.exp(0.5 * q_logvar)).rsample((n_samples,))
+        else:
+            z_tokens = q_mean
+        return self.inference_outputs(z_tokens, q_mean, q_logvar, None)
+
+    def forward(
+        self,
+        tensors: dict[str, torch.Tensor],
+        get_inference_input_kwargs: dict | None = None,
+        get_generative_input_kwargs: dict | None = None,
+        inference_kwargs: dict | None = None,
+        generative_kwargs: dict | None = None,
+        loss_kwargs: dict | None = None,
+        compute_loss: bool = True,
+    ) -> tuple[dict, dict] | tuple[dict, dict, LossOutput]:
+        """scvi-tools' forward pass; with the loss, the encoder always reads the counts (see the class notes).
+
+        Raises
+        ------
+        ValueError
+            For the loss on data minified without counts.
+        """
+        if compute_loss:
+            if self.minified_data_type == ADATA_MINIFY_TYPE.LATENT_POSTERIOR:
+                raise ValueError(f"The {type(self).__name__}.loss function currently does not support minified data.")
+            # The reconstruction targets and the training crop come from the counts and the encoder's crop.
+            get_inference_input_kwargs = {"full_forward_pass": True, **(get_inference_input_kwargs or {})}
+        return super().forward(
+            tensors,
+            get_inference_input_kwargs=get_inference_input_kwargs,
+            get_generative_input_kwargs=get_generative_input_kwargs,
+            inference_kwargs=inference_kwargs,
+            generative_kwargs=generative_kwargs,
+            loss_kwargs=loss_kwargs,
+            compute_loss=compute_loss,
+        )
 
     @auto_move_data
     def _regular_inference(self, x: torch.Tensor, n_samples: int = 1, crop: GeneCrop | None = None) -> dict:
@@ -291,45 +344,6 @@ class SCTrilemmaModule(
         mean = (weights * q_mean).sum(dim=-2)
         var = (weights.square() * q_logvar.exp()).sum(dim=-2)
         return Normal(mean, var.sqrt())
-
-    # ------------------------------------------------------------------ decoder
-    def decoder_gene_embedding(self, genes: torch.Tensor) -> torch.Tensor:
-        """The decoder's gene embeddings for ``genes``: the shared table, or its values plus the decoder's offsets."""
-        if self.decoder_gene_offset is None:
-            return self.gene_embedding(genes)
-        return self.gene_embedding(genes).detach() + self.decoder_gene_offset(genes)
-
-    def decode(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
-        """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes``.
-
-        ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell). In
-        evaluation without autograd the same function is computed by ``_decode_eval``,
-        ``DECODE_TOKEN_BUDGET`` queries at a time, in the arithmetic of :attr:`precision`.
-        """
-        if self.training or torch.is_grad_enabled():
-            return self._decode_plain(z_tokens, pooled_sample, genes)
-        return self._decode_eval(z_tokens, pooled_sample, genes)
-
-    def _decode_plain(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
-        batch, n_genes = z_tokens.shape[0], genes.shape[-1]
-        if z_tokens.device.type == "cpu" and batch * n_genes > TRAINING_DECODE_BUDGET:
-            genes = genes.expand(batch, n_genes) if genes.dim() == 1 else genes
-            step = max(1, TRAINING_DECODE_BUDGET // n_genes)
-            groups = [slice(start, start + step) for start in range(0, batch, step)]
-            return torch.cat([self._decode_group(z_tokens[g], pooled_sample[g], genes[g]) for g in groups])
-        return self._decode_group(z_tokens, pooled_sample, genes)
-
-    def _decode_group(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
-        with nullcontext() if self.training else self._eval_autocast(z_tokens.device):
-            queries = self.query_router(self.decoder_gene_embedding(genes), self.query_router.modulation(pooled_sample))
-            if queries.dim() == 2:
-                queries = queries.expand(z_tokens.shape[0], -1, -1)
-            for block in self.decoder[:-1]:
-                queries = block(queries, z_tokens)
-            if self.training:  # the count head folded into the last block (the same function, cheaper)
-                return self.decoder[-1](queries, z_tokens, readout=self.count_head)
-            queries = self.decoder[-1](queries, z_tokens)
-        return self.count_head(queries.to(self.count_head.weight.dtype))
 
     def _get_generative_input(self, tensors: dict[str, torch.Tensor], inference_outputs: dict) -> dict:
         target = inference_outputs[KEYS.CROP_KEY]
@@ -394,42 +408,8 @@ class SCTrilemmaModule(
             library = (target.counts * (1.0 if target.mask is None else target.mask)).sum(-1, keepdim=True)
         elif library is None:
             raise ValueError("A weighted target sample needs the cells' whole `library`.")
-        px = self.count_distribution(logits, target.genes, library, weights=target.weights, mask=target.mask)
+        px = self.decoder.count_distribution(logits, target.genes, library, weights=target.weights, mask=target.mask)
         return {KEYS.PX_KEY: px, KEYS.TARGET_KEY: target}
-
-    def count_distribution(
-        self,
-        logits: torch.Tensor,
-        genes: torch.Tensor | None,
-        library: torch.Tensor,
-        weights: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-    ) -> ZeroInflatedNegativeBinomial:
-        """The ZINB of the decoder's ``logits`` ``(..., n, 2)`` for ``genes`` (``None``: every gene, in order).
-
-        Without ``weights`` the proportions are the softmax over the ``n`` genes; with the Horvitz-Thompson
-        ``weights`` of a :func:`~sctrilemma.module.target_sample`, proportions of the whole transcriptome whose
-        normaliser is estimated from the weighted genes. The mean is the proportions times ``library``
-        ``(..., 1)``. Genes outside ``mask`` get proportion 0 and a finite mean (their NLL is unused).
-        """
-        mean_logit, zi_logit = logits.unbind(-1)
-        if mask is not None:
-            mean_logit = mean_logit.masked_fill(~mask, float("-inf"))
-        if weights is None:
-            proportions = torch.softmax(mean_logit, dim=-1)
-        else:  # log sum_g w_g exp(logit_g), the estimated log normaliser over all genes
-            log_normaliser = torch.logsumexp(mean_logit + weights.log(), dim=-1, keepdim=True)
-            proportions = torch.exp(mean_logit - log_normaliser)
-        mean = proportions * library.to(proportions.device)
-        if mask is not None:
-            mean = torch.where(mask, mean, torch.ones_like(mean))
-        dispersion = F.softplus(self.px_r.to(torch.promote_types(self.px_r.dtype, proportions.dtype)))
-        return ZeroInflatedNegativeBinomial(
-            mu=mean,
-            theta=dispersion.expand_as(mean) if genes is None else dispersion[genes],
-            zi_logits=zi_logit,
-            scale=proportions,
-        )
 
     # ------------------------------------------------------------------ loss
     def loss(

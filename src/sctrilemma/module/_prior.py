@@ -45,7 +45,7 @@ class GroupCodePriorMixin:
     """The module's PB-Cond code table: each cell's dataset-donor group mapped to its soft pseudo-bulk code.
 
     Expects ``prior`` (a :class:`PseudobulkPrior` or ``None``), the buffers ``group_keys`` and ``group_codes``,
-    ``group_key_stride`` and ``px_r`` on the module.
+    and ``group_key_stride`` on the module.
     """
 
     def set_group_codes(self, keys: torch.Tensor, codes: torch.Tensor, stride: int) -> None:
@@ -76,6 +76,6 @@ class GroupCodePriorMixin:
     def prior_parameters(self, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Prior mean and log-variance, broadcastable to ``(batch, K, n_hidden)``."""
         if self.prior is None:
-            zero = torch.zeros((), device=self.px_r.device)
+            zero = torch.zeros((), device=self.group_codes.device)
             return zero, zero
         return self.prior(self.group_codes_for(tensors))

@@ -111,7 +111,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
     def get_optimizer_creator(self) -> Callable:
         """scvi-tools' optimizer creator, with the decoder's gene offsets as their own group at a scaled rate."""
         creator = super().get_optimizer_creator()
-        offset = self.module.decoder_gene_offset
+        offset = self.module.decoder.gene_offset
         if offset is None or self.decoder_gene_offset_lr_scale == 1.0:
             return creator
 

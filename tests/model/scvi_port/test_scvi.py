@@ -310,14 +310,14 @@ def test_scvi_online_update(save_path):
     for key, tensor in model2.module.state_dict().items():
         assert torch.equal(tensor, model.module.state_dict()[key]), key
     # dispersion
-    assert model2.module.px_r.requires_grad is False
+    assert model2.module.decoder.px_r.requires_grad is False
     # scVI's library encoder and batch-sized decoder input have no counterpart (observed library, no batch)
 
     model3 = SCTrilemma.load_query_data(adata2, dir_path, freeze_expression=False, freeze_batchnorm_encoder=True)
     model3.train(max_epochs=1)
     model3.get_latent_representation()
-    assert model3.module.posterior_norm.momentum == 0
-    assert model3.module.posterior_norm.weight.requires_grad is False
+    assert model3.module.encoder.posterior_norm.momentum == 0
+    assert model3.module.encoder.posterior_norm.weight.requires_grad is False
     assert model3.module.gene_embedding.weight.requires_grad is True
 
     model3 = SCTrilemma.load_query_data(adata2, dir_path, freeze_batchnorm_encoder=False)
