@@ -168,7 +168,7 @@ def test_pbcond_code_perturbations_only_change_the_kl(small_adata: ad.AnnData, t
 
     results = {}
     for name, table in tables.items():
-        module.set_group_codes(keys, table, STRIDE)
+        module.prior.set_group_codes(keys, table, STRIDE)
         with torch.no_grad():
             inference = module.inference(x)
             generative = module.generative(inference["z_tokens"], inference["z"], target)
@@ -199,7 +199,7 @@ def test_loss_kl_uses_the_group_prior(small_adata: ad.AnnData, tiny: dict) -> No
             param.normal_(0.0, 0.5)
     tensors = _tensors(small_adata[:40].copy())
     table = _codes(5, tiny["n_prior_codes"], 0)
-    module.set_group_codes(torch.arange(5) + 2 * STRIDE, table, STRIDE)  # dataset 2
+    module.prior.set_group_codes(torch.arange(5) + 2 * STRIDE, table, STRIDE)  # dataset 2
     tensors["dataset"] = torch.full_like(tensors["dataset"], 2.0)
     with torch.no_grad():
         inference, generative, loss = module.forward(tensors)
@@ -220,7 +220,7 @@ def test_missing_codes_raise(small_adata: ad.AnnData, tiny: dict) -> None:
     with pytest.raises(RuntimeError, match="no pseudo-bulk codes"), torch.no_grad():
         module.forward(tensors)
     # Codes for other groups only: the cells' own group has no code.
-    module.set_group_codes(torch.tensor([STRIDE + 0, STRIDE + 1]), _codes(2, tiny["n_prior_codes"], 0), STRIDE)
+    module.prior.set_group_codes(torch.tensor([STRIDE + 0, STRIDE + 1]), _codes(2, tiny["n_prior_codes"], 0), STRIDE)
     with pytest.raises(RuntimeError, match="without a pseudo-bulk code"), torch.no_grad():
         module.forward(tensors)
 

@@ -88,7 +88,7 @@ class PriorSetupMixin:
         # With fewer groups than M the codebook has fewer centroids; pad the code with zeros.
         padded = np.zeros((codes.shape[0], width), dtype=np.float32)
         padded[:, : codes.shape[1]] = codes
-        self.module.set_group_codes(torch.as_tensor(keys), torch.as_tensor(padded), stride)
+        self.module.prior.set_group_codes(torch.as_tensor(keys), torch.as_tensor(padded), stride)
 
     def _prepare_prior(self, adata: AnnData | None) -> None:
         """Give the module the codes of ``adata``'s groups (no-op for the standard-normal prior)."""

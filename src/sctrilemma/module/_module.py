@@ -16,7 +16,7 @@ from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._analysis import AnalysisModuleMixin
 from sctrilemma.module._decoder import ZINBDecoder
 from sctrilemma.module._encoder import PerceiverEncoder
-from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, GroupCodePriorMixin, PseudobulkPrior, gaussian_kl
+from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import (
     GeneCrop,
     GeneDetection,
@@ -40,7 +40,6 @@ PCA_INIT_MIN_GENES = 3000
 
 class SCTrilemmaModule(
     AnalysisModuleMixin,
-    GroupCodePriorMixin,
     BaseMinifiedModeModuleClass,
 ):
     """Gene-token Perceiver VAE of :cite:p:`sctrilemma`.
@@ -178,9 +177,6 @@ class SCTrilemmaModule(
         # Built last, so that adding the prior leaves every other parameter's initialisation unchanged.
         self.prior_kind = prior
         self.prior = PseudobulkPrior(n_prior_codes, n_hidden) if prior == "pseudobulk" else None
-        self.register_buffer("group_keys", torch.zeros(0, dtype=torch.long), persistent=False)
-        self.register_buffer("group_codes", torch.zeros(0, n_prior_codes), persistent=False)
-        self.group_key_stride = 1
         self.precision = "auto"
 
     @property
@@ -410,6 +406,13 @@ class SCTrilemmaModule(
             raise ValueError("A weighted target sample needs the cells' whole `library`.")
         px = self.decoder.count_distribution(logits, target.genes, library, weights=target.weights, mask=target.mask)
         return {KEYS.PX_KEY: px, KEYS.TARGET_KEY: target}
+
+    def prior_parameters(self, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prior mean and log-variance of the cells in ``tensors``, broadcastable to ``(batch, K, n_hidden)``."""
+        if self.prior is None:
+            zero = torch.zeros((), device=self.decoder.px_r.device)
+            return zero, zero
+        return self.prior(self.prior.group_codes_for(tensors))
 
     # ------------------------------------------------------------------ loss
     def loss(

@@ -18,11 +18,12 @@ def gaussian_kl(
 
 
 class PseudobulkPrior(nn.Module):
-    """PB-Cond prior: two linear maps from a soft pseudo-bulk code ``t_b`` to a diagonal Gaussian.
+    """PB-Cond prior: two linear maps from a cell's soft pseudo-bulk code ``t_b`` to a diagonal Gaussian.
 
     The same mean and log-variance ``(n_hidden,)`` are shared by all ``K`` tokens of a cell.
     The mean map starts at ``N(0, 0.01^2)`` weights, the log-variance map at zero, so training starts
-    from (almost) the standard normal.
+    from (almost) the standard normal. Each cell's code is that of its dataset-donor group, looked up in a table
+    that the model sets with :meth:`set_group_codes` (not saved with the weights; the model recomputes it).
     """
 
     def __init__(self, n_codes: int, n_hidden: int) -> None:
@@ -34,25 +35,17 @@ class PseudobulkPrior(nn.Module):
             nn.init.zeros_(self.to_mean.bias)
             nn.init.zeros_(self.to_logvar.weight)
             nn.init.zeros_(self.to_logvar.bias)
+        self.register_buffer("group_keys", torch.zeros(0, dtype=torch.long), persistent=False)
+        self.register_buffer("group_codes", torch.zeros(0, n_codes), persistent=False)
+        self.group_key_stride = 1
 
     def forward(self, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Prior mean and log-variance ``(batch, 1, n_hidden)`` from codes ``(batch, n_codes)``."""
         logvar = self.to_logvar(codes).clamp(LOGVAR_MIN, LOGVAR_MAX)
         return self.to_mean(codes).unsqueeze(-2), logvar.unsqueeze(-2)
 
-
-class GroupCodePriorMixin:
-    """The module's PB-Cond code table: each cell's dataset-donor group mapped to its soft pseudo-bulk code.
-
-    Expects ``prior`` (a :class:`PseudobulkPrior` or ``None``), the buffers ``group_keys`` and ``group_codes``,
-    and ``group_key_stride`` on the module.
-    """
-
     def set_group_codes(self, keys: torch.Tensor, codes: torch.Tensor, stride: int) -> None:
-        """Set the pseudo-bulk code table used by the PB-Cond prior.
-
-        ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``; ``codes`` is ``(n_groups, M)``.
-        """
+        """Set the code table: ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``, ``codes`` ``(n_groups, M)``."""
         order = torch.argsort(keys)
         self.group_keys = keys[order].to(self.group_keys.device)
         self.group_codes = codes[order].to(self.group_codes.device, torch.float32)
@@ -72,10 +65,3 @@ class GroupCodePriorMixin:
         if not torch.equal(self.group_keys[rows], keys):
             raise RuntimeError("Some cells belong to a dataset-donor group without a pseudo-bulk code.")
         return self.group_codes[rows]
-
-    def prior_parameters(self, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prior mean and log-variance, broadcastable to ``(batch, K, n_hidden)``."""
-        if self.prior is None:
-            zero = torch.zeros((), device=self.group_codes.device)
-            return zero, zero
-        return self.prior(self.group_codes_for(tensors))
