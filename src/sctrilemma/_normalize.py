@@ -1,4 +1,4 @@
-"""Per-cell ``log1p(CP10K)`` normalisation, the one definition the model, the metrics and the baselines share."""
+"""Per-cell ``log1p(CP10K)`` normalisation and its PCA, the one definition the model, the metrics and the baselines share."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+    from sklearn.decomposition import PCA
 
 # Counts per cell after normalisation: counts per 10,000 (CP10K), as in scanpy's ``normalize_total(target_sum=1e4)``.
 TARGET_SUM = 1e4
@@ -49,3 +50,19 @@ def log1p_cp10k_tensor(counts: torch.Tensor, library: torch.Tensor | None = None
     if library is None:
         library = counts.sum(dim=-1, keepdim=True)
     return torch.log1p(counts * (TARGET_SUM / library.clamp_min(1.0)))
+
+
+def fit_log1p_cp10k_pca(
+    counts, n_components: int, *, seed: int = 0, library_size: ArrayLike | None = None
+) -> tuple[PCA, np.ndarray]:
+    """A PCA of :func:`log1p_cp10k` of ``counts`` and the cells' coordinates ``(n_cells, n_components)``.
+
+    ARPACK centres sparse input implicitly, so a large sparse count matrix is never densified and the genes' mean
+    levels are not the first component; ``seed`` seeds its start vector. ``n_components`` must be below
+    ``min(n_cells, n_genes)``.
+    """
+    from sklearn.decomposition import PCA
+
+    pca = PCA(n_components=n_components, svd_solver="arpack", random_state=seed)
+    coordinates = pca.fit_transform(log1p_cp10k(counts, library_size=library_size))
+    return pca, coordinates

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 from scvi.utils import dependencies
-from sklearn.decomposition import PCA
 from sklearn.linear_model import LinearRegression
 from sklearn.model_selection import KFold, cross_val_predict
 from sklearn.neighbors import NearestNeighbors
 
-from sctrilemma._normalize import log1p_cp10k
+from sctrilemma._normalize import fit_log1p_cp10k_pca
 from sctrilemma._validation import check_counts
 
 from ._errors import check_embedding, check_labels, l2_normalize, require_classes, skip
@@ -132,12 +131,10 @@ def log1p_cp10k_pca(X_counts: ArrayLike | sp.spmatrix, *, n_comps: int = 50, see
     totals = np.asarray(X_counts.sum(axis=1)).ravel()
     if (totals == 0).any():
         raise ValueError(f"`X_pre` has {int((totals == 0).sum())} cells with zero total counts; remove them first.")
-    X = log1p_cp10k(X_counts, library_size=totals)
-    n_comps = min(n_comps, min(X.shape) - 1)
+    n_comps = min(n_comps, min(X_counts.shape) - 1)
     if n_comps < 1:
-        raise ValueError(f"`X_pre` has shape {X.shape}; PCA needs at least 2 cells and 2 genes.")
-    # ARPACK centres sparse input implicitly, so a 10,000 x 20,000 count matrix never densifies.
-    return PCA(n_components=n_comps, svd_solver="arpack", random_state=seed).fit_transform(X)
+        raise ValueError(f"`X_pre` has shape {X_counts.shape}; PCA needs at least 2 cells and 2 genes.")
+    return fit_log1p_cp10k_pca(X_counts, n_comps, seed=seed, library_size=totals)[1]
 
 
 @dependencies("scib_metrics")

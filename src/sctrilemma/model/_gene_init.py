@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from scvi import REGISTRY_KEYS, settings
-from sklearn.decomposition import PCA
 
-from sctrilemma._normalize import log1p_cp10k
+from sctrilemma._normalize import fit_log1p_cp10k_pca
 
 if TYPE_CHECKING:
     from sctrilemma.model import SCTrilemma
@@ -47,8 +46,7 @@ def principal_gene_loadings(counts, n_components: int, *, max_cells: int = MAX_P
     n_components = min(n_components, min(counts.shape) - 1)
     if n_components < 1:
         return np.zeros((n_genes, 0), dtype=np.float32)
-    # ARPACK on sparse input centres implicitly, so the genes' mean levels are not the first component.
-    pca = PCA(n_components, svd_solver="arpack", random_state=seed).fit(log1p_cp10k(counts))
+    pca, _ = fit_log1p_cp10k_pca(counts, n_components, seed=seed)
     return (pca.components_.T * np.sqrt(n_genes)).astype(np.float32)
 
 
