@@ -181,7 +181,7 @@ class SCTrilemmaModule(
 
     @property
     def precision(self) -> Precision:
-        """Arithmetic of evaluation (embedding and reconstruction): ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
+        """Arithmetic of evaluation (embedding and reconstruction), one of ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
 
         ``"auto"`` is bf16 on CUDA devices that support it and fp32 on CPU; training always runs in fp32. bf16
         keeps about three significant digits; ``benchmarks/vs_reference.py`` reports each cell's embedding cosine
@@ -206,15 +206,15 @@ class SCTrilemmaModule(
 
     @property
     def gene_embedding(self) -> nn.Embedding:
-        """The gene embeddings: the encoder's gene tokens and the decoder's gene queries."""
+        """The gene embeddings, read by the encoder for its gene tokens and by the decoder for its gene queries."""
         return self.encoder.gene_embedding
 
     def encode(self, crop: GeneCrop, library: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior mean and clamped log-variance of the ``K`` latent tokens (:class:`PerceiverEncoder`)."""
+        """Posterior mean and clamped log-variance of the ``K`` latent tokens (:class:`~sctrilemma.module.PerceiverEncoder`)."""
         return self.encoder(crop, library, self._eval_dtype(crop.genes.device))
 
     def decode(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
-        """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes`` (:class:`ZINBDecoder`).
+        """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes`` (:class:`~sctrilemma.module.ZINBDecoder`).
 
         ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell).
         """
