@@ -362,7 +362,9 @@ def test_training_decoder_in_cell_groups_matches_one_pass(monkeypatch: pytest.Mo
     for budget in (10_000, 14):  # one pass; groups of 2 cells (14 // 7)
         monkeypatch.setattr("sctrilemma.module._decoder.TRAINING_DECODE_BUDGET", budget)
         logits = module.decode(tokens, tokens.mean(1), genes)
-        results.append((logits, *torch.autograd.grad((logits * weight).sum(), [tokens, *module.decoder.blocks.parameters()])))
+        results.append(
+            (logits, *torch.autograd.grad((logits * weight).sum(), [tokens, *module.decoder.blocks.parameters()]))
+        )
     for grouped, whole in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(grouped, whole)
 
@@ -396,3 +398,6 @@ def test_fast_paths_prepare_their_blocks_once_until_the_weights_change(
     assert module.decoder._prepared[1] is not prepared[1]
     torch.testing.assert_close(out["qz"].loc, expected["qz"].loc)
     torch.testing.assert_close(logits, expected_logits)
+    module.train()  # training changes the weights: the prepared blocks are dropped
+    assert module.encoder._prepared is None
+    assert module.decoder._prepared is None

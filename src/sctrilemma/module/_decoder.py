@@ -85,6 +85,12 @@ class ZINBDecoder(nn.Module):
             self.gene_offset = nn.Embedding.from_pretrained(torch.zeros(n_genes, n_hidden), freeze=False)
         self._prepared: tuple[tuple, list[ShortContextBlock]] | None = None
 
+    def train(self, mode: bool = True) -> ZINBDecoder:
+        """Set training mode; entering it drops the blocks prepared for evaluation (training changes the weights)."""
+        if mode:
+            self._prepared = None
+        return super().train(mode)
+
     def gene_queries(self, genes: torch.Tensor, gene_embedding: nn.Embedding) -> torch.Tensor:
         """The gene queries' embeddings: the shared table's rows, or their values plus the decoder's offsets."""
         if self.gene_offset is None:

@@ -80,6 +80,12 @@ class PerceiverEncoder(nn.Module):
             nn.init.constant_(self.to_logvar.bias, posterior_logvar_init)
         self._prepared: tuple[tuple, list[LongContextBlock] | None] | None = None
 
+    def train(self, mode: bool = True) -> PerceiverEncoder:
+        """Set training mode; entering it drops the blocks prepared for evaluation (training changes the weights)."""
+        if mode:
+            self._prepared = None
+        return super().train(mode)
+
     @property
     def n_latent_tokens(self) -> int:
         """Number ``K`` of latent tokens."""
