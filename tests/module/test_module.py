@@ -348,6 +348,17 @@ def test_posterior_parameters_stay_fp32_under_autocast(small_adata: ad.AnnData, 
     assert out["z_tokens"].dtype == torch.float32
 
 
+def test_training_keeps_the_callers_bf16_autocast(small_adata: ad.AnnData, tiny: dict) -> None:
+    """Under bf16 autocast (``bf16-mixed`` training) the decoder's products run in bf16, as the caller asked."""
+    torch.manual_seed(0)
+    module = SCTrilemmaModule(small_adata.n_vars, **tiny, prior="normal").train()
+    x = _tensors(small_adata)["X"][:8]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = module.inference(x)
+        logits = module.decode(out["z_tokens"], out["z"], torch.arange(50))
+    assert logits.dtype == torch.bfloat16
+
+
 def test_training_decoder_in_cell_groups_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Decoding in cache-sized groups of cells (CPU training) gives the same logits and gradients as one pass."""
     torch.manual_seed(0)

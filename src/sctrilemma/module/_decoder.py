@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import torch
@@ -143,8 +144,9 @@ class ZINBDecoder(nn.Module):
         gene_embedding: nn.Embedding,
         dtype: torch.dtype,
     ) -> torch.Tensor:
-        device_type = z_tokens.device.type
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=not self.training and dtype == torch.bfloat16):
+        # Training keeps the caller's autocast (Lightning's bf16-mixed); evaluation runs in ``dtype``.
+        arithmetic = torch.autocast(z_tokens.device.type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
+        with nullcontext() if self.training else arithmetic:
             embeddings = self.gene_queries(genes, gene_embedding)
             queries = self.query_router(embeddings, self.query_router.modulation(pooled_sample))
             if queries.dim() == 2:
