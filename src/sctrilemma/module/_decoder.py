@@ -111,7 +111,7 @@ class ZINBDecoder(nn.Module):
         ``z_tokens`` ``(batch, K, d)`` are the latent tokens and ``pooled_sample`` ``(batch, d)`` their pooled
         sample; ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell);
         ``gene_embedding`` is the encoder's table. ``eval_dtype`` (``torch.float32`` or ``torch.bfloat16``) is
-        the arithmetic of evaluation; training runs in fp32.
+        the arithmetic of evaluation; training runs in the caller's (fp32, or bf16 under ``bf16-mixed`` autocast).
         """
         if self.training or torch.is_grad_enabled():
             return self._decode_plain(z_tokens, pooled_sample, genes, gene_embedding, eval_dtype)

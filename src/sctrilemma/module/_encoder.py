@@ -97,7 +97,8 @@ class PerceiverEncoder(nn.Module):
         """Posterior mean and clamped log-variance of the ``K`` latent tokens, each ``(batch, K, n_hidden)``.
 
         ``library`` ``(batch, 1)`` is the whole-cell raw total used for ``log1p(CP10K)``. ``eval_dtype``
-        (``torch.float32`` or ``torch.bfloat16``) is the arithmetic of evaluation; training runs in fp32.
+        (``torch.float32`` or ``torch.bfloat16``) is the arithmetic of evaluation; training runs in the caller's
+        (fp32, or bf16 under ``bf16-mixed`` autocast).
         """
         if self.training or torch.is_grad_enabled():
             latents = self._encode_plain(crop, library)
