@@ -58,6 +58,10 @@ def _per_block_context_norm(self: PerceiverEncoder, crop, library):
     return latents
 
 
+def _fresh_buffer(self: Workspace, name: str, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 def _unprepared(original: Callable) -> Callable:
     def prepared_blocks(self, dtype, device):
         self._prepared = None
@@ -79,7 +83,7 @@ EMBEDDING_TRICKS = {
         PerceiverEncoder, "_encode_fast", lambda _: lambda self, crop, library, dtype: self._encode_plain(crop, library)
     ),
     "prepared encoder blocks": (PerceiverEncoder, "_prepared_blocks", lambda _: lambda self, dtype, device: None),
-    "reused buffers": (Workspace, "get", lambda _: lambda self, name, shape, dtype, device: torch.empty(shape, dtype=dtype, device=device)),
+    "reused buffers": (Workspace, "get", lambda _: _fresh_buffer),
     "encoder blocks prepared once": (PerceiverEncoder, "_prepared_blocks", _unprepared),
 }  # fmt: skip
 DECODING_TRICKS = {

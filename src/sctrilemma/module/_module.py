@@ -181,7 +181,7 @@ class SCTrilemmaModule(
 
     @property
     def precision(self) -> Precision:
-        """Arithmetic of evaluation (embedding and reconstruction), one of ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
+        """Arithmetic of evaluation (embedding, reconstruction), one of ``"fp32"``, ``"bf16"`` (autocast) or ``"auto"``.
 
         ``"auto"`` is bf16 on CUDA devices that support it and fp32 on CPU; training always runs in fp32. bf16
         keeps about three significant digits; ``benchmarks/vs_reference.py`` reports each cell's embedding cosine
@@ -210,13 +210,17 @@ class SCTrilemmaModule(
         return self.encoder.gene_embedding
 
     def encode(self, crop: GeneCrop, library: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior mean and clamped log-variance of the ``K`` latent tokens (:class:`~sctrilemma.module.PerceiverEncoder`)."""
+        """Posterior mean and clamped log-variance of the ``K`` latent tokens.
+
+        Computed by the :class:`~sctrilemma.module.PerceiverEncoder` in the arithmetic of :attr:`precision`.
+        """
         return self.encoder(crop, library, self._eval_dtype(crop.genes.device))
 
     def decode(self, z_tokens: torch.Tensor, pooled_sample: torch.Tensor, genes: torch.Tensor) -> torch.Tensor:
-        """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes`` (:class:`~sctrilemma.module.ZINBDecoder`).
+        """Decoder logits ``(batch, n, 2)`` (mean logit, zero-inflation logit) for ``genes``.
 
-        ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell).
+        ``genes`` is ``(batch, n)`` (per-cell targets) or ``(n,)`` (the same genes for every cell). Computed by the
+        :class:`~sctrilemma.module.ZINBDecoder` in the arithmetic of :attr:`precision`.
         """
         return self.decoder(z_tokens, pooled_sample, genes, self.gene_embedding, self._eval_dtype(z_tokens.device))
 

@@ -45,7 +45,10 @@ class PseudobulkPrior(nn.Module):
         return self.to_mean(codes).unsqueeze(-2), logvar.unsqueeze(-2)
 
     def set_group_codes(self, keys: torch.Tensor, codes: torch.Tensor, stride: int) -> None:
-        """Set the code table: ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``, ``codes`` ``(n_groups, M)``."""
+        """Set the code table.
+
+        ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``; ``codes`` is ``(n_groups, M)``.
+        """
         order = torch.argsort(keys)
         self.group_keys = keys[order].to(self.group_keys.device)
         self.group_codes = codes[order].to(self.group_codes.device, torch.float32)
