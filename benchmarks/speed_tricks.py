@@ -64,7 +64,7 @@ def _fresh_buffer(self: Workspace, name: str, shape: tuple[int, ...], dtype: tor
 
 def _unprepared(original: Callable) -> Callable:
     def prepared_blocks(self, dtype, device):
-        self._prepared = None
+        self._prepared.clear()
         return original(self, dtype, device)
 
     return prepared_blocks

@@ -1,4 +1,4 @@
-"""Per-cell ``log1p(CP10K)`` normalisation and its PCA, the one definition the model, the metrics and the baselines share."""
+"""Per-cell ``log1p(CP10K)`` normalisation and its PCA, shared by the model, the metrics and the baselines."""
 
 from __future__ import annotations
 

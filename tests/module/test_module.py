@@ -395,20 +395,20 @@ def test_fast_paths_prepare_their_blocks_once_until_the_weights_change(
     with torch.no_grad():
         out = module.inference(x)
         module.decode(out["z_tokens"], out["z"], genes)
-        prepared = (module.encoder._prepared[1], module.decoder._prepared[1])
+        prepared = (module.encoder._prepared.value, module.decoder._prepared.value)
         assert prepared[0] is not None
         out = module.inference(x[8:])
         module.decode(out["z_tokens"], out["z"], genes)
-        assert (module.encoder._prepared[1], module.decoder._prepared[1]) == prepared  # the same objects
+        assert (module.encoder._prepared.value, module.decoder._prepared.value) == prepared  # the same objects
 
         module.load_state_dict(other.state_dict())  # copies in place: the same tensors, new values
         out, expected = module.inference(x), other.inference(x)
         logits = module.decode(out["z_tokens"], out["z"], genes)
         expected_logits = other.decode(expected["z_tokens"], expected["z"], genes)
-    assert module.encoder._prepared[1] is not prepared[0]
-    assert module.decoder._prepared[1] is not prepared[1]
+    assert module.encoder._prepared.value is not prepared[0]
+    assert module.decoder._prepared.value is not prepared[1]
     torch.testing.assert_close(out["qz"].loc, expected["qz"].loc)
     torch.testing.assert_close(logits, expected_logits)
     module.train()  # training changes the weights: the prepared blocks are dropped
-    assert module.encoder._prepared is None
-    assert module.decoder._prepared is None
+    assert module.encoder._prepared.value is None
+    assert module.decoder._prepared.value is None

@@ -11,7 +11,7 @@ from scvi.distributions import ZeroInflatedNegativeBinomial
 from torch import nn
 
 from sctrilemma.nn import CrossAttentionBlock, QueryRouter, ShortContextBlock
-from sctrilemma.nn._attention import Workspace
+from sctrilemma.nn._attention import PreparedCache, Workspace
 
 if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery
@@ -84,12 +84,12 @@ class ZINBDecoder(nn.Module):
         self.gene_offset = None
         if gene_offset:  # zero at the start, drawing no random numbers (other weights start unchanged)
             self.gene_offset = nn.Embedding.from_pretrained(torch.zeros(n_genes, n_hidden), freeze=False)
-        self._prepared: tuple[tuple, list[ShortContextBlock]] | None = None
+        self._prepared = PreparedCache()
 
     def train(self, mode: bool = True) -> ZINBDecoder:
         """Set training mode; entering it drops the blocks prepared for evaluation (training changes the weights)."""
         if mode:
-            self._prepared = None
+            self._prepared.clear()
         return super().train(mode)
 
     def gene_queries(self, genes: torch.Tensor, gene_embedding: nn.Embedding) -> torch.Tensor:
@@ -160,14 +160,14 @@ class ZINBDecoder(nn.Module):
 
     def _prepared_blocks(self, dtype: torch.dtype, device: torch.device) -> list[ShortContextBlock]:
         """The blocks as :class:`~sctrilemma.nn.ShortContextBlock`, the count head folded into the last; cached."""
-        parameters = (*self.blocks.parameters(), *self.count_head.parameters())
-        key = (dtype, device, *((p.data_ptr(), p._version) for p in parameters))
-        if self._prepared is None or self._prepared[0] != key:
+
+        def build() -> list[ShortContextBlock]:
             *blocks, last = self.blocks
             prepared = [ShortContextBlock(block, dtype) for block in blocks]
-            prepared.append(ShortContextBlock(last, dtype, readout=self.count_head))
-            self._prepared = (key, prepared)
-        return self._prepared[1]
+            return [*prepared, ShortContextBlock(last, dtype, readout=self.count_head)]
+
+        parameters = (*self.blocks.parameters(), *self.count_head.parameters())
+        return self._prepared.get(parameters, dtype, device, build)
 
     def _decode_fast(
         self,

@@ -11,7 +11,7 @@ from sctrilemma._normalize import log1p_cp10k_tensor
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN
 from sctrilemma.module._tokens import GeneCrop
 from sctrilemma.nn import CrossAttentionBlock, ExpressionGate, LongContextBlock, RankSyncedBatchNorm1d
-from sctrilemma.nn._attention import Workspace
+from sctrilemma.nn._attention import PreparedCache, Workspace
 from sctrilemma.nn._norm import unit_rms
 
 if TYPE_CHECKING:
@@ -78,12 +78,12 @@ class PerceiverEncoder(nn.Module):
         self.to_logvar = nn.Linear(n_hidden, n_hidden)
         if posterior_logvar_init != 0.0:
             nn.init.constant_(self.to_logvar.bias, posterior_logvar_init)
-        self._prepared: tuple[tuple, list[LongContextBlock] | None] | None = None
+        self._prepared = PreparedCache()
 
     def train(self, mode: bool = True) -> PerceiverEncoder:
         """Set training mode; entering it drops the blocks prepared for evaluation (training changes the weights)."""
         if mode:
-            self._prepared = None
+            self._prepared.clear()
         return super().train(mode)
 
     @property
@@ -158,13 +158,12 @@ class PerceiverEncoder(nn.Module):
 
     def _prepared_blocks(self, dtype: torch.dtype, device: torch.device) -> list[LongContextBlock] | None:
         """The blocks as :class:`~sctrilemma.nn.LongContextBlock`, or ``None`` where that costs more; cached."""
-        key = (dtype, device, *((p.data_ptr(), p._version) for p in self.blocks.parameters()))
-        if self._prepared is None or self._prepared[0] != key:
-            plain_flops, absorbed_flops = self.blocks[0].attention.context_flops(self.n_latent_tokens, 1)
-            shared_eps = len({block.norm_context.eps for block in self.blocks}) == 1
-            cheaper = absorbed_flops < plain_flops and shared_eps
-            self._prepared = (key, [LongContextBlock(block, dtype) for block in self.blocks] if cheaper else None)
-        return self._prepared[1]
+        plain_flops, absorbed_flops = self.blocks[0].attention.context_flops(self.n_latent_tokens, 1)
+        if absorbed_flops >= plain_flops or len({block.norm_context.eps for block in self.blocks}) > 1:
+            return None
+        return self._prepared.get(
+            self.blocks.parameters(), dtype, device, lambda: [LongContextBlock(block, dtype) for block in self.blocks]
+        )
 
     def _encode_group(
         self,

@@ -7,6 +7,7 @@ Shapes follow the convention ``(batch, length, n_hidden)``; attention runs throu
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +15,9 @@ from torch import nn
 
 from sctrilemma.nn._feedforward import SwiGLU
 from sctrilemma.nn._norm import unit_rms
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 
 class Workspace:
@@ -34,6 +38,29 @@ class Workspace:
         if buffer is None or buffer.numel() < size or buffer.dtype != dtype or buffer.device != device:
             buffer = self._buffers[name] = torch.empty(size, dtype=dtype, device=device)
         return buffer[:size].view(shape)
+
+
+class PreparedCache:
+    """Blocks prepared for evaluation from a module's weights: built once, rebuilt when the weights change.
+
+    The key is the arithmetic, the device and each weight's storage and version counter, so an optimiser step, a
+    ``load_state_dict`` or a move to another device rebuilds them. :meth:`clear` drops them (on entering training).
+    """
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.value = None
+
+    def get(self, parameters: Iterable[torch.Tensor], dtype: torch.dtype, device: torch.device, build: Callable):
+        """The value ``build()`` made for these weights, arithmetic and device; built now if there is none."""
+        key = (dtype, device, *((p.data_ptr(), p._version) for p in parameters))
+        if self.key != key:
+            self.key, self.value = key, build()
+        return self.value
+
+    def clear(self) -> None:
+        """Drop the prepared blocks."""
+        self.key = self.value = None
 
 
 class CrossAttention(nn.Module):
