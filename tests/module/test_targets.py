@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sctrilemma.module import SCTrilemmaModule, expressed_crop, target_sample
-from sctrilemma.module._tokens import thin_counts
+from sctrilemma.module._depth import thin_counts
 
 
 def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.Tensor) -> None:

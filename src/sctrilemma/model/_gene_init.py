@@ -1,4 +1,4 @@
-"""Gene embeddings that start from the data: each gene's loadings on the principal components of its expression."""
+"""What the module takes from its training data before training: gene embeddings from the principal components, depth."""
 
 from __future__ import annotations
 
@@ -50,15 +50,20 @@ def principal_gene_loadings(counts, n_components: int, *, max_cells: int = MAX_P
     return (pca.components_.T * np.sqrt(n_genes)).astype(np.float32)
 
 
-def initialize_gene_embedding(model: SCTrilemma) -> None:
-    """Start an untrained ``model``'s gene embeddings from its data's principal loadings, if its module asks for it.
+def initialize_from_data(model: SCTrilemma, depth: np.ndarray) -> None:
+    """Fit what an untrained ``model``'s module takes from its data before training: gene embeddings and depth.
 
     Called by ``train`` on in-memory data with counts (minified data is refused before, and a model streamed from the
-    Census trains elsewhere). Only when ``module.gene_embedding_init == "pca"`` and the model has not been trained;
-    columns beyond the number of components keep their ``N(0, 1)`` start.
+    Census trains elsewhere), with each cell's total counts ``depth``; nothing changes once the model is trained. The
+    gene embeddings start from the data's principal loadings when ``module.gene_embedding_init == "pca"`` (columns
+    beyond the number of components keep their ``N(0, 1)`` start), and
+    :meth:`~sctrilemma.module.SCTrilemmaModule.fit_embedding_depth` sets the depth cells are embedded at.
     """
     module = model.module
-    if module.gene_embedding_init != "pca" or model.is_trained_:
+    if model.is_trained_:
+        return
+    module.fit_embedding_depth(depth)
+    if module.gene_embedding_init != "pca":
         return
     weight = module.gene_embedding.weight
     loadings = principal_gene_loadings(

@@ -25,7 +25,7 @@ from sctrilemma._validation import (
 )
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
-from sctrilemma.model._gene_init import initialize_gene_embedding
+from sctrilemma.model._gene_init import initialize_from_data
 from sctrilemma.model._memory import fit_batch_to_memory
 from sctrilemma.model._minify_mixin import MinifyMixin, is_minified_without_counts
 from sctrilemma.model._presets import (
@@ -43,7 +43,7 @@ from sctrilemma.model._reference_mixin import ReferenceMixin
 from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
 from sctrilemma.model._utils import (
     count_matrix,
-    expressed_genes_per_cell,
+    depth_and_expressed_genes_per_cell,
     gene_names,
     gene_symbols,
     layer_matrix,
@@ -414,10 +414,10 @@ class SCTrilemma(
         if check_memory and not _uses_cuda(accelerator):
             batch_size = fit_batch_to_memory(self.module, self.summary_stats.n_vars, batch_size, self._preset)
         self.module.train()
-        n_expressed = expressed_genes_per_cell(self.adata_manager)  # refuses cells without counts before training
+        depth, n_expressed = depth_and_expressed_genes_per_cell(self.adata_manager)  # refuses cells without counts
         self._prepare_prior(self.adata)
         self.module.measured_genes = measured_genes_per_dataset(self.adata_manager)
-        initialize_gene_embedding(self)
+        initialize_from_data(self, depth)
         datasplitter_kwargs = dict(datasplitter_kwargs or {})
         splits = datasplitter_kwargs.get("external_indexing") or training_split(
             n_expressed, train_size, validation_size, min_expressed_genes, seed=settings.seed

@@ -33,12 +33,13 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "gene_embedding_init": "normal",
         "decoder_gene_offset": False,
         "min_depth_fraction": 1.0,
+        "embedding_depth_quantile": None,
     },
     # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: one attention head
     # (the attention's cost grows with the heads), many decoupled, weighted decoder targets with a narrow
     # feed-forward layer, no dropout, a less noisy starting posterior, the encoder's input binomially thinned to
-    # 40-100 % of each cell's depth and, on many genes, gene embeddings that start from the data, on fewer the
-    # decoder's own gene offsets
+    # 40-100 % of each cell's depth in training and to the training cells' 10th-percentile depth for embedding and,
+    # on many genes, gene embeddings that start from the data, on fewer the decoder's own gene offsets
     # (docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
@@ -54,6 +55,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "gene_embedding_init": "auto",
         "decoder_gene_offset": "auto",
         "min_depth_fraction": 0.4,
+        "embedding_depth_quantile": 0.1,
     },
 }
 

@@ -66,8 +66,8 @@ def layer_matrix(adata: AnnData, layer: str):
     return adata.layers[layer]
 
 
-def expressed_genes_per_cell(manager: AnnDataManager) -> np.ndarray:
-    """Expressed genes of each registered cell, ``(n_obs,)``; a ``ValueError`` if a cell has no counts.
+def depth_and_expressed_genes_per_cell(manager: AnnDataManager) -> tuple[np.ndarray, np.ndarray]:
+    """Total counts and expressed genes of each registered cell, each ``(n_obs,)``; a ``ValueError`` if a cell has none.
 
     Data attached to a loaded model skips :meth:`~sctrilemma.SCTrilemma.setup_anndata`'s checks, so
     :meth:`~sctrilemma.SCTrilemma.train` refuses such cells here, before any training is spent.
@@ -76,7 +76,7 @@ def expressed_genes_per_cell(manager: AnnDataManager) -> np.ndarray:
     names = rna_modality(manager.adata, manager.registry).obs_names
     fix = "`sc.pp.filter_cells(adata, min_counts=1)`, then attach the filtered data (`model.adata = adata`)"
     refuse_empty_cells(totals, names, where="the model's data", fix=fix)
-    return n_expressed
+    return totals, n_expressed
 
 
 def measured_genes_per_dataset(manager: AnnDataManager) -> torch.Tensor | None:

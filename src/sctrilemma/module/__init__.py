@@ -1,4 +1,5 @@
 from ._decoder import ZINBDecoder
+from ._depth import thin_to_depth
 from ._encoder import PerceiverEncoder
 from ._module import SCTrilemmaModule
 from ._prior import PseudobulkPrior, gaussian_kl
@@ -13,5 +14,6 @@ __all__ = [
     "expressed_crop",
     "gaussian_kl",
     "target_sample",
+    "thin_to_depth",
     "training_crop",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import torch
 from scvi import REGISTRY_KEYS
 from scvi.data._constants import ADATA_MINIFY_TYPE
@@ -15,6 +16,7 @@ from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._analysis import AnalysisModuleMixin
 from sctrilemma.module._decoder import ZINBDecoder
+from sctrilemma.module._depth import thin_counts, thin_to_depth
 from sctrilemma.module._encoder import PerceiverEncoder
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import (
@@ -22,7 +24,6 @@ from sctrilemma.module._tokens import (
     GeneDetection,
     expressed_crop,
     target_sample,
-    thin_counts,
     training_crop,
 )
 from sctrilemma.nn import TokenPooling
@@ -85,6 +86,12 @@ class SCTrilemmaModule(
         counts binomially thinned to a random fraction of its depth (log-uniform in
         ``[min_depth_fraction, 1]``) while the decoder still reconstructs the full counts, so the
         posterior learns to be the same at any sequencing depth. ``1`` (the paper) never thins.
+    embedding_depth_quantile
+        ``None`` (the paper): the encoder reads each cell's counts as they are outside training. A quantile ``q``:
+        outside training (embedding, reconstruction, validation) every cell deeper than the ``q``-quantile of the
+        training cells' depths is first thinned to that depth by :func:`~sctrilemma.module.thin_to_depth`, so
+        that depth no longer reaches the embedding through the encoder's input. The depth is fitted by
+        :meth:`fit_embedding_depth` when training starts and saved with the weights (``embedding_depth``).
     gene_embedding_init
         How the gene embeddings start: ``"normal"`` (``N(0, 1)``, the paper), ``"pca"`` (each gene's loadings on
         the principal components of the training data, set by the model when its training starts) or ``"auto"``
@@ -131,6 +138,7 @@ class SCTrilemmaModule(
         n_decoder_targets: int | None = None,
         posterior_logvar_init: float = 0.0,
         min_depth_fraction: float = 1.0,
+        embedding_depth_quantile: float | None = None,
         gene_embedding_init: GeneEmbeddingInit = "normal",
         decoder_gene_offset: bool | Literal["auto"] = False,
     ) -> None:
@@ -146,6 +154,8 @@ class SCTrilemmaModule(
             raise ValueError(f"`n_decoder_targets` must be None or an integer >= 4, got {n_decoder_targets}.")
         if not 0.0 < min_depth_fraction <= 1.0:
             raise ValueError(f"`min_depth_fraction` must be in (0, 1], got {min_depth_fraction}.")
+        if embedding_depth_quantile is not None and not 0.0 <= embedding_depth_quantile <= 1.0:
+            raise ValueError(f"`embedding_depth_quantile` must be None or in [0, 1], got {embedding_depth_quantile}.")
         if gene_embedding_init not in ("normal", "pca", "auto"):
             raise ValueError(f"`gene_embedding_init` must be 'normal', 'pca' or 'auto', got {gene_embedding_init!r}.")
         if decoder_gene_offset not in (True, False, "auto"):
@@ -160,6 +170,10 @@ class SCTrilemmaModule(
         self.n_latent_tokens = n_latent_tokens
         self.crop_size = crop_size
         self.min_depth_fraction = min_depth_fraction
+        self.embedding_depth_quantile = embedding_depth_quantile
+        # The depth cells are thinned to outside training; 0 until fitted, and in models saved without it.
+        self.register_buffer("embedding_depth", torch.zeros(()))
+        self.register_load_state_dict_pre_hook(_default_embedding_depth)
         self.gene_embedding_init = gene_embedding_init
         block_kwargs = {"n_heads": n_heads, "dropout_rate": dropout_rate, "ffn_multiplier": ffn_multiplier}
         self.encoder = PerceiverEncoder(
@@ -297,6 +311,8 @@ class SCTrilemmaModule(
         ``n_decoder_targets`` is set. ``"qz"`` and ``"z"`` are the pooled cell-level quantities
         (``r`` and ``s`` of the paper); the token-level ones are under their own keys.
         """
+        if crop is None and not self.training and self.embedding_depth > 0:
+            x = thin_to_depth(x, float(self.embedding_depth))
         library = x.sum(dim=1, keepdim=True)
         if crop is None:
             if not self.training:
@@ -317,6 +333,11 @@ class SCTrilemmaModule(
         else:
             z_tokens = q_mean
         return self.inference_outputs(z_tokens, q_mean, q_logvar, crop)
+
+    def fit_embedding_depth(self, library: np.ndarray) -> None:
+        """Set ``embedding_depth`` to the ``embedding_depth_quantile`` of the training cells' depths ``library``."""
+        if self.embedding_depth_quantile is not None:
+            self.embedding_depth.fill_(float(np.quantile(library, self.embedding_depth_quantile)))
 
     def inference_outputs(
         self, z_tokens: torch.Tensor, q_mean: torch.Tensor, q_logvar: torch.Tensor, crop: GeneCrop | None
@@ -446,3 +467,8 @@ class SCTrilemmaModule(
         return LossOutput(
             loss=torch.mean(reconstruction + kl_weight * kl), reconstruction_loss=reconstruction, kl_local=kl
         )
+
+
+def _default_embedding_depth(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """A state saved without ``embedding_depth`` loads with 0: its cells are embedded unthinned, as when it was saved."""
+    state_dict.setdefault(f"{prefix}embedding_depth", torch.zeros(()))

@@ -6,7 +6,6 @@ into the model's genes, so no per-cell Python loop runs.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
@@ -191,13 +190,3 @@ class GeneDetection(nn.Module):
         if int(self.n_cells) == 0:
             return None
         return self.detected < RARE_GENE_DETECTION * self.n_cells
-
-
-def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Each cell's counts binomially thinned to a random fraction of its depth, log-uniform in ``[min_fraction, 1]``.
-
-    A cell left without counts keeps its original ones.
-    """
-    log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
-    thinned = torch.binomial(x, log_fraction.exp().expand_as(x), generator=generator)
-    return torch.where(thinned.sum(1, keepdim=True) > 0, thinned, x)

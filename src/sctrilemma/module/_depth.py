@@ -1,0 +1,80 @@
+"""Sequencing depth: each cell's counts binomially thinned, at random in training and to a common depth for embedding."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_MASK32 = 0xFFFFFFFF
+# Molecules thinned per pass: bounds the memory of :func:`thin_to_depth` (about 50 bytes per molecule).
+MOLECULES_PER_PASS = 1 << 22
+
+
+def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Each cell's counts binomially thinned to a random fraction of its depth, log-uniform in ``[min_fraction, 1]``.
+
+    A cell left without counts keeps its original ones.
+    """
+    log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
+    thinned = torch.binomial(x, log_fraction.exp().expand_as(x), generator=generator)
+    return torch.where(thinned.sum(1, keepdim=True) > 0, thinned, x)
+
+
+def _hash32(values: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of each of the int64 ``values`` (their low 32 bits), the same on every device."""
+    h = values & _MASK32
+    h = h ^ (h >> 16)
+    h = (h * 0x45D9F3B) & _MASK32
+    h = h ^ (h >> 16)
+    h = (h * 0x45D9F3B) & _MASK32
+    return h ^ (h >> 16)
+
+
+def thin_to_depth(x: torch.Tensor, depth: float) -> torch.Tensor:
+    """Each cell deeper than ``depth`` binomially thinned to ``depth`` counts in expectation; shallower cells unchanged.
+
+    Every molecule of a cell is kept with probability ``depth / library``. The draws are a hash of the cell's own
+    counts, the gene and the molecule, so a cell is thinned the same way in any batch, in any order and on any
+    device, and the same counts always give the same result.
+
+    Parameters
+    ----------
+    x
+        Raw counts ``(batch, n_genes)``; non-integer values are rounded.
+    depth
+        The depth to thin to, in counts.
+
+    Returns
+    -------
+    The thinned counts, a new tensor of ``x``'s shape and dtype.
+    """
+    library = x.sum(1)
+    rows = (library > depth).nonzero().squeeze(1)
+    out = x.clone()
+    if rows.numel() == 0:
+        return out
+    molecules = library[rows].round().long()
+    start = 0
+    while start < rows.numel():
+        # as many cells as fit in one pass, at least one
+        n_cells = max(1, int((molecules[start:].cumsum(0) <= MOLECULES_PER_PASS).sum()))
+        chunk = rows[start : start + n_cells]
+        out[chunk] = _thin_cells(x[chunk], depth / library[chunk])
+        start += n_cells
+    return out
+
+
+def _thin_cells(x: torch.Tensor, rate: torch.Tensor) -> torch.Tensor:
+    cell, gene = x.nonzero(as_tuple=True)
+    counts = x[cell, gene].round().long()
+    entry_key = _hash32(gene * 0x9E3779B1 + counts)
+    cell_key = torch.zeros(x.shape[0], dtype=torch.long, device=x.device).index_add_(0, cell, entry_key)
+    cell_key = _hash32(cell_key)
+    entry = torch.repeat_interleave(torch.arange(counts.numel(), device=x.device), counts)
+    molecule = torch.arange(entry.numel(), device=x.device) - (counts.cumsum(0) - counts)[entry]
+    uniform = _hash32(_hash32(cell_key[cell[entry]] ^ gene[entry]) + molecule).double() / 2**32
+    kept = (uniform < rate.double()[cell[entry]]).to(x.dtype)
+    thinned = torch.zeros_like(x)
+    thinned[cell, gene] = torch.zeros(counts.numel(), dtype=x.dtype, device=x.device).index_add_(0, entry, kept)
+    return thinned
