@@ -454,7 +454,7 @@ class SCTrilemma(
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Cell embeddings ``r`` (mean over ``K`` of the posterior mean tokens), ``(n_obs, n_hidden)``.
 
-        The encoder sees each cell's top-``crop_size`` expressed genes; the decoder does not run.
+        Encoder only: it reads each cell's top-``crop_size`` expressed genes, at one depth in the small preset.
         ``return_dist=True`` returns the mean and variance of the pooled posterior (see
         :meth:`~sctrilemma.module.SCTrilemmaModule.pooled_posterior`). In evaluation mode ``z``
         is the posterior mean, so ``give_mean=False`` gives the same embedding.

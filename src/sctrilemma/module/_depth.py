@@ -1,4 +1,4 @@
-"""Sequencing depth: each cell's counts binomially thinned, at random in training and to a common depth for embedding."""
+"""Sequencing depth: counts binomially thinned, at random in training and to one common depth for embedding."""
 
 from __future__ import annotations
 

@@ -470,5 +470,5 @@ class SCTrilemmaModule(
 
 
 def _default_embedding_depth(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """A state saved without ``embedding_depth`` loads with 0: its cells are embedded unthinned, as when it was saved."""
+    """A state saved without ``embedding_depth`` loads with 0: its cells are embedded unthinned, as they were."""
     state_dict.setdefault(f"{prefix}embedding_depth", torch.zeros(()))
