@@ -69,12 +69,17 @@ def _thin_cells(x: torch.Tensor, rate: torch.Tensor) -> torch.Tensor:
     cell, gene = x.nonzero(as_tuple=True)
     counts = x[cell, gene].round().long()
     entry_key = _hash32(gene * 0x9E3779B1 + counts)
-    cell_key = torch.zeros(x.shape[0], dtype=torch.long, device=x.device).index_add_(0, cell, entry_key)
-    cell_key = _hash32(cell_key)
+    cell_key = _hash32(torch.zeros(x.shape[0], dtype=torch.long, device=x.device).index_add_(0, cell, entry_key))
+    # Per molecule: a uniform from the hash of (cell, gene, molecule number within the entry), kept below the rate.
+    entry_key = _hash32(cell_key[cell] ^ gene)
+    molecule = torch.arange(int(counts.sum()), device=x.device) - torch.repeat_interleave(
+        counts.cumsum(0) - counts, counts
+    )
+    uniform = _hash32(torch.repeat_interleave(entry_key, counts) + molecule)
+    kept = uniform < torch.repeat_interleave((rate.double()[cell] * 2**32).ceil().long(), counts)
     entry = torch.repeat_interleave(torch.arange(counts.numel(), device=x.device), counts)
-    molecule = torch.arange(entry.numel(), device=x.device) - (counts.cumsum(0) - counts)[entry]
-    uniform = _hash32(_hash32(cell_key[cell[entry]] ^ gene[entry]) + molecule).double() / 2**32
-    kept = (uniform < rate.double()[cell[entry]]).to(x.dtype)
     thinned = torch.zeros_like(x)
-    thinned[cell, gene] = torch.zeros(counts.numel(), dtype=x.dtype, device=x.device).index_add_(0, entry, kept)
+    thinned[cell, gene] = torch.zeros(counts.numel(), dtype=x.dtype, device=x.device).index_add_(
+        0, entry, kept.to(x.dtype)
+    )
     return thinned
