@@ -80,3 +80,26 @@ def test_the_depth_is_saved_and_a_state_saved_without_it_embeds_unthinned(
     assert float(restored.embedding_depth) == 0.0
     with pytest.raises(ValueError, match="embedding_depth_quantile"):
         SCTrilemmaModule(100, **module_sizes, embedding_depth_quantile=1.5)
+
+
+def test_training_fits_the_small_presets_depth_and_a_query_keeps_the_references(small_adata, tiny, tmp_path) -> None:
+    from sctrilemma import SCTrilemma
+
+    first_donor = (small_adata.obs["donor"] == small_adata.obs["donor"].iloc[0]).to_numpy()
+    reference, query = small_adata[~first_donor].copy(), small_adata[first_donor].copy()
+    SCTrilemma.setup_anndata(reference, donor_key="donor")
+    paper = SCTrilemma(reference, preset="paper", **tiny)
+    paper.train(max_steps=1, batch_size=32, enable_progress_bar=False)
+    assert float(paper.module.embedding_depth) == 0.0  # the paper's model reads every cell as it is
+    model = SCTrilemma(reference, preset="small", **tiny)
+    model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
+    depth = np.quantile(np.asarray(reference.X.sum(1)).ravel(), 0.1)
+    assert float(model.module.embedding_depth) == pytest.approx(depth, rel=1e-6)
+    model.train(max_steps=1, batch_size=32, enable_progress_bar=False)  # training again keeps it
+    assert float(model.module.embedding_depth) == pytest.approx(depth, rel=1e-6)
+    model.save(tmp_path, overwrite=True)
+    query_model = SCTrilemma.load_query_data(query.copy(), tmp_path)
+    assert float(query_model.module.embedding_depth) == pytest.approx(depth, rel=1e-6)
+    np.testing.assert_allclose(
+        query_model.get_latent_representation(), model.get_latent_representation(query), atol=1e-5
+    )
