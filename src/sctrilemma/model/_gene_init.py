@@ -1,4 +1,4 @@
-"""What the module takes from its training data before training: gene embeddings from the principal components, depth."""
+"""What the module takes from its data before training: gene embeddings from principal components, and depth."""
 
 from __future__ import annotations
 
