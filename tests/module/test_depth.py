@@ -40,6 +40,8 @@ def test_a_cell_is_thinned_the_same_way_in_any_batch_and_pass(
     assert torch.equal(thin_to_depth(counts[order], depth), thinned[order])
     monkeypatch.setattr(_depth, "MOLECULES_PER_PASS", 5_000)  # a few cells per pass
     assert torch.equal(thin_to_depth(counts, depth), thinned)
+    # thinned to nothing (a depth far below one count), a cell keeps its own counts
+    assert torch.equal(thin_to_depth(counts[:5], 1e-6), counts[:5])
     # two cells with different counts get different draws even where their counts of one gene agree
     assert not torch.equal(
         thin_to_depth(counts[:1].repeat(2, 1) * torch.tensor([[1.0], [2.0]]), depth)[1], 2 * thinned[0]

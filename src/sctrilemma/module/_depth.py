@@ -36,7 +36,7 @@ def thin_to_depth(x: torch.Tensor, depth: float) -> torch.Tensor:
 
     Every molecule of a cell is kept with probability ``depth / library``. The draws are a hash of the cell's own
     counts, the gene and the molecule, so a cell is thinned the same way in any batch, in any order and on any
-    device, and the same counts always give the same result.
+    device, and the same counts always give the same result. A cell left without counts keeps its own.
 
     Parameters
     ----------
@@ -60,7 +60,8 @@ def thin_to_depth(x: torch.Tensor, depth: float) -> torch.Tensor:
         # as many cells as fit in one pass, at least one
         n_cells = max(1, int((molecules[start:].cumsum(0) <= MOLECULES_PER_PASS).sum()))
         chunk = rows[start : start + n_cells]
-        out[chunk] = _thin_cells(x[chunk], depth / library[chunk])
+        thinned = _thin_cells(x[chunk], depth / library[chunk])
+        out[chunk] = torch.where(thinned.sum(1, keepdim=True) > 0, thinned, x[chunk])
         start += n_cells
     return out
 
