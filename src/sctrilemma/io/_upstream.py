@@ -257,6 +257,7 @@ def upstream_to_module_state(state: dict[str, torch.Tensor]) -> tuple[dict[str, 
         config["n_prior_codes"] = int(src["tissue_prior_mu.weight"].shape[1])
     if src["px_r"].shape != (n_input,):
         raise ValueError(f"px_r has shape {tuple(src['px_r'].shape)}, expected ({n_input},) like the gene embedding")
+    out["embedding_depth"] = torch.zeros(())  # the paper's model reads every cell's counts as they are
     return out, config
 
 
