@@ -2,7 +2,7 @@
 
 One process trains one model once, with a wall-clock budget of ``--budget-multiple`` times ``--budget-s`` given as
 ``max_time`` (as a user would; SCTrilemma's schedule anneals over that budget, and its early stopping may end a run on
-a small data set before the budget), and scores a fixed sample of cells
+a small data set before the budget; ``--no-early-stopping`` trains to the end), and scores a fixed sample of cells
 at checkpoints: k-means NMI and ARI, BRAS over the context, depth R² (lower is better) and the reconstruction's
 logFC Spearman and top-100 DEG Jaccard, each cell type against the rest. The clock is stopped while a checkpoint is
 scored, so the budget counts training only. Checkpoints are wall-clock seconds (``--checkpoints``, as multiples of
@@ -154,6 +154,8 @@ def train(args: argparse.Namespace) -> dict:
     seconds = [] if args.steps else [args.budget_s * c for c in CHECKPOINTS if c <= args.budget_multiple]
     checkpoints = Checkpoints(model, sample, cells, keys, seconds=seconds, steps=args.steps or ())
     train_kwargs = {"max_steps": max(args.steps)} if args.steps else {"max_time": timedelta(seconds=total)}
+    if args.no_early_stopping and args.method == "sctrilemma":
+        train_kwargs["early_stopping"] = False
     model.train(
         max_epochs=100_000, enable_progress_bar=False, callbacks=[checkpoints], plan_kwargs=plan_kwargs, **train_kwargs
     )
@@ -164,6 +166,7 @@ def train(args: argparse.Namespace) -> dict:
         "data": args.data,
         "model": json.loads(args.model),
         "plan": json.loads(args.plan),
+        "early_stopping": args.method == "sctrilemma" and not args.no_early_stopping,
         "budget_s": args.budget_s,
         "budget_multiple": args.budget_multiple,
         "seed": args.seed,
@@ -173,6 +176,14 @@ def train(args: argparse.Namespace) -> dict:
         "pca": pca,
         "curve": checkpoints.rows,
     }
+
+
+def run_name(run: dict) -> str:
+    """The method, its settings over the preset, and whether SCTrilemma's early stopping was switched off."""
+    name = run["method"] + (f" {json.dumps(run['model'])}" if run.get("model") else "")
+    return name + (
+        " (no early stopping)" if run["method"] == "sctrilemma" and run.get("early_stopping") is False else ""
+    )
 
 
 def report(runs: list[dict], out: Path) -> None:
@@ -189,7 +200,7 @@ def report(runs: list[dict], out: Path) -> None:
     header = "| method | training s | step | " + " | ".join(METRICS) + " |"
     lines += [header, "|---" * (len(METRICS) + 3) + "|"]
     for run in runs:
-        name = run["method"] + (f" {json.dumps(run['model'])}" if run.get("model") else "")
+        name = run_name(run)
         for row in run["curve"]:
             values = " | ".join(f"{row[m]:.3f}" if m in row else "–" for m in METRICS)
             lines.append(f"| {name} | {row['train_s']:.0f} | {row['step']} | {values} |")
@@ -201,7 +212,7 @@ def report(runs: list[dict], out: Path) -> None:
     for axis, metric in zip(axes, METRICS, strict=True):
         for run in runs:
             seconds = [row["train_s"] for row in run["curve"]]
-            axis.plot(seconds, [row.get(metric, float("nan")) for row in run["curve"]], "o-", label=run["method"])
+            axis.plot(seconds, [row.get(metric, float("nan")) for row in run["curve"]], "o-", label=run_name(run))
         if metric in pca:
             axis.axhline(pca[metric], linestyle=":", color="grey", label="pca")
         axis.axvline(budget, color="red", linewidth=0.8)
@@ -223,6 +234,9 @@ def main() -> None:
     parser.add_argument("--model", default="{}", help="SCTrilemma keyword arguments over the small preset, as JSON")
     parser.add_argument("--plan", default="{}", help="SCTrilemma plan_kwargs, as JSON")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-early-stopping", action="store_true", help="train SCTrilemma to the end even if its validation loss rises"
+    )
     parser.add_argument("--n-cells", type=int, default=2000, help="cells scored at each checkpoint")
     parser.add_argument("--json", default=None, help="write the curve here")
     parser.add_argument("--report", nargs="+", default=None, help="draw these saved curves instead of training")
