@@ -18,6 +18,11 @@ def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator
     """
     log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
     thinned = torch.binomial(x, log_fraction.exp().expand_as(x), generator=generator)
+    return _emptied_cells_restored(thinned, x)
+
+
+def _emptied_cells_restored(thinned: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``thinned``, with every cell that thinning left without counts given back its counts in ``x``."""
     return torch.where(thinned.sum(1, keepdim=True) > 0, thinned, x)
 
 
@@ -61,7 +66,7 @@ def thin_to_depth(x: torch.Tensor, depth: float) -> torch.Tensor:
         n_cells = max(1, int((molecules[start:].cumsum(0) <= MOLECULES_PER_PASS).sum()))
         chunk = rows[start : start + n_cells]
         thinned = _thin_cells(x[chunk], depth / library[chunk])
-        out[chunk] = torch.where(thinned.sum(1, keepdim=True) > 0, thinned, x[chunk])
+        out[chunk] = _emptied_cells_restored(thinned, x[chunk])
         start += n_cells
     return out
 
