@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--at", type=int, nargs="+", default=[2, 4, 6, 8, 10, 12, 14, 16, 18, 20])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="{}", help="SCTrilemma keyword arguments, as JSON")
+    parser.add_argument("--plan", default="{}", help="SCTrilemma's plan_kwargs, as JSON")
     parser.add_argument("--drop-ribosomal", action="store_true")
     parser.add_argument("--data", default=None, help="an .h5ad in place of the shipped example")
     parser.add_argument("--quick", action="store_true", help="2 epochs, scored after each")
@@ -140,7 +141,7 @@ def main() -> None:
 
     train_kwargs = {"max_epochs": args.epochs, "callbacks": [Score()], "enable_progress_bar": False}
     if args.method == "sctrilemma":
-        train_kwargs["early_stopping"] = False
+        train_kwargs.update(early_stopping=False, plan_kwargs=json.loads(args.plan))
     model.train(**train_kwargs)
     if args.json:
         with open(args.json, "w") as handle:
