@@ -4,7 +4,7 @@
 (for example ``../shared/data/kang2018_pbmc_ctrl.h5ad``).
 
 Trains one model (SCTrilemma's small preset, or scVI with scvi-tools' defaults) and, at the end of the epochs given
-by ``--at``, embeds all 3,000 cells and scores:
+by ``--at``, embeds all its cells and scores:
 
 - k-means NMI (``metrics.nmi_ari_kmeans``: k = the number of cell types, 20 single starts averaged), the NMI of the
   lowest-inertia start of those 20, and 15-NN cell-type accuracy (5-fold);
