@@ -32,10 +32,9 @@ import numpy as np
 import scipy.sparse
 import scvi
 import torch
+from example_quality import lowest_inertia_nmi
 from lightning.pytorch.callbacks import Callback
-from sklearn.cluster import KMeans
 from sklearn.linear_model import LinearRegression
-from sklearn.metrics import normalized_mutual_info_score
 from sklearn.model_selection import cross_val_score
 from sklearn.neighbors import KNeighborsClassifier
 
@@ -73,14 +72,6 @@ def geometry(embedding: np.ndarray, cell_type: np.ndarray) -> dict[str, float]:
         "pr": float(eigenvalues.sum() ** 2 / np.square(eigenvalues).sum()),
         "separation": float(distances[~np.eye(len(labels), dtype=bool)].min() / radius.mean()),
     }
-
-
-def lowest_inertia_nmi(embedding: np.ndarray, cell_type: np.ndarray, n_init: int = 20, seed: int = 42) -> float:
-    """NMI of the lowest-inertia partition among the single-start k-means runs that ``nmi_ari_kmeans`` averages."""
-    k = np.unique(cell_type).size
-    starts = [KMeans(k, n_init=1, random_state=seed + r).fit(embedding) for r in range(n_init)]
-    best = min(starts, key=lambda kmeans: kmeans.inertia_)
-    return float(normalized_mutual_info_score(cell_type, best.labels_))
 
 
 def main() -> None:
