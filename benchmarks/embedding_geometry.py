@@ -32,11 +32,10 @@ import numpy as np
 import scipy.sparse
 import scvi
 import torch
-from example_quality import lowest_inertia_nmi
+from example_quality import knn_accuracy, lowest_inertia_nmi
 from lightning.pytorch.callbacks import Callback
 from sklearn.linear_model import LinearRegression
 from sklearn.model_selection import cross_val_score
-from sklearn.neighbors import KNeighborsClassifier
 
 import sctrilemma
 from sctrilemma import metrics
@@ -117,12 +116,11 @@ def main() -> None:
             embedding = model.get_latent_representation()
             model.is_trained_ = trained
             model.module.train()
-            knn = KNeighborsClassifier(n_neighbors=15)
             row = {
                 "epoch": epoch,
                 "nmi": metrics.nmi_ari_kmeans(embedding, cell_type)["nmi"],
                 "nmi_lowest_inertia": lowest_inertia_nmi(embedding, cell_type),
-                "knn_accuracy": float(cross_val_score(knn, embedding, cell_type, cv=5).mean()),
+                "knn_accuracy": knn_accuracy(embedding, cell_type),
                 **geometry(embedding, cell_type),
                 "ribo_r2_within": within_class_r2(embedding, ribo_share, cell_type),
                 "depth_r2_within": within_class_r2(embedding, np.log(depth), cell_type),

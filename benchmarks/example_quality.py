@@ -34,14 +34,19 @@ def lowest_inertia_nmi(embedding: np.ndarray, cell_type: np.ndarray, n_init: int
     return float(normalized_mutual_info_score(cell_type, best.labels_))
 
 
+def knn_accuracy(embedding: np.ndarray, cell_type: np.ndarray, metric: str = "euclidean") -> float:
+    """5-fold accuracy of a 15-nearest-neighbour cell-type classifier on ``embedding``."""
+    knn = KNeighborsClassifier(n_neighbors=15, metric=metric)
+    return float(cross_val_score(knn, embedding, cell_type, cv=5).mean())
+
+
 def scores(embedding: np.ndarray, cell_type: np.ndarray, donor: np.ndarray, depth: np.ndarray) -> dict[str, float]:
-    knn = KNeighborsClassifier(n_neighbors=15, metric="cosine")
     return {
         **metrics.nmi_ari_kmeans(embedding, cell_type),
         "nmi_lowest_inertia": lowest_inertia_nmi(embedding, cell_type),
         "bras": metrics.bras(embedding, cell_type, donor),
         "depth_r2": metrics.depth_r2(embedding, depth),
-        "knn_accuracy": float(cross_val_score(knn, embedding, cell_type, cv=5).mean()),
+        "knn_accuracy": knn_accuracy(embedding, cell_type, metric="cosine"),
         "cell_type_silhouette": float(silhouette_score(embedding, cell_type, metric="cosine")),
         "donor_silhouette": float(silhouette_score(embedding, donor, metric="cosine")),
     }
