@@ -5,6 +5,8 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+import scvi
+import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 
 from sctrilemma import SCTrilemma
@@ -154,7 +156,7 @@ def test_decoder_gene_offsets_learn_at_their_own_rate(small_adata, tiny):
         max_steps=4,
         batch_size=32,
         enable_progress_bar=False,
-        plan_kwargs={"decoder_gene_offset_lr_scale": 3.0},
+        plan_kwargs={"decoder_gene_offset_lr_scale": 3.0, "encoder_lr_steps": None},
         callbacks=[rates],
     )
     shared, own = model.trainer.optimizers[0].param_groups
@@ -168,21 +170,103 @@ def test_decoder_gene_offsets_learn_at_their_own_rate(small_adata, tiny):
     for lr, offset_lr in rates.seen:
         assert lr > 0
         assert offset_lr == pytest.approx(3.0 * lr)
-    # the small preset's default: the offsets at twice the rate
+    # the small preset's default: the offsets at twice the rate, beside the encoder's own group
     model.train(max_steps=1, batch_size=32, enable_progress_bar=False)
     plan = model.trainer.lightning_module
     assert plan.decoder_gene_offset_lr_scale == 2.0
-    shared, own = model.trainer.optimizers[0].param_groups
+    encoder, shared, own = model.trainer.optimizers[0].param_groups
+    assert (encoder["encoder"], shared["encoder"], own["encoder"]) == (True, False, False)
     assert len(own["params"]) == 1
     assert own["params"][0] is offset
     assert own["initial_lr"] == pytest.approx(2.0 * shared["initial_lr"])
-    # a module without offsets ignores their rate: one group
+    assert encoder["initial_lr"] == pytest.approx(shared["initial_lr"])
+    # a module without offsets ignores their rate: no group of its own
     paper_like = SCTrilemma(small_adata, preset="small", decoder_gene_offset=False, **tiny)
-    paper_like.train(max_steps=1, batch_size=32, enable_progress_bar=False)
+    paper_like.train(max_steps=1, batch_size=32, enable_progress_bar=False, plan_kwargs={"encoder_lr_steps": None})
     assert len(paper_like.trainer.optimizers[0].param_groups) == 1
     for wrong in (0.0, -1.0, "auto", True):
         with pytest.raises(ValueError, match="`decoder_gene_offset_lr_scale` must be a positive number"):
             model.train(max_steps=1, enable_progress_bar=False, plan_kwargs={"decoder_gene_offset_lr_scale": wrong})
+
+
+class RecordEncoder(Callback):
+    """Records the encoder's weights and BatchNorm statistics and the decoder's weights after every step."""
+
+    def __init__(self) -> None:
+        self.encoder: list[dict[str, torch.Tensor]] = []
+        self.decoder: list[dict[str, torch.Tensor]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.encoder.append({k: v.detach().clone() for k, v in pl_module.module.encoder.state_dict().items()})
+        self.decoder.append({k: v.detach().clone() for k, v in pl_module.module.decoder.state_dict().items()})
+
+
+def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """Equal weights and statistics (a BatchNorm's count of batches aside)."""
+    return all(torch.equal(a[name], b[name]) for name in a if a[name].is_floating_point())
+
+
+def test_the_encoder_stops_after_its_own_schedule_while_the_decoder_trains_on(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", **tiny)
+    assert model.module.encoder.posterior_norm.momentum == 0.1
+    rates, weights = RecordRates(), RecordEncoder()
+    model.train(
+        max_steps=12,
+        batch_size=32,
+        enable_progress_bar=False,
+        early_stopping=False,
+        plan_kwargs={"encoder_lr_steps": 6},
+        callbacks=[rates, weights],
+    )
+    encoder_lr, shared_lr, _ = zip(*rates.seen, strict=True)
+    # the encoder's cosine is sized to its 6 steps, the others' to the run's 12 (a one-step warm-up for both)
+    assert encoder_lr[:2] == pytest.approx(shared_lr[:2])
+    assert all(0 < e < s for e, s in zip(encoder_lr[2:6], shared_lr[2:6], strict=True))
+    assert all(e == 0.0 for e in encoder_lr[6:])
+    assert all(s > 0 for s in shared_lr[6:])
+    # from the sixth step on the encoder, and its BatchNorm statistics, stay as they are; the decoder moves
+    assert not _equal(weights.encoder[4], weights.encoder[5])
+    assert all(_equal(weights.encoder[5], later) for later in weights.encoder[6:])
+    assert not _equal(weights.decoder[5], weights.decoder[-1])
+    # after training, the encoder is left as the caller had it
+    assert all(p.requires_grad for p in model.module.parameters())
+    assert model.module.encoder.posterior_norm.momentum == 0.1
+    # a run no longer than the encoder's schedule: one schedule for all, as without it
+    rates = RecordRates()
+    model.train(max_steps=5, batch_size=32, enable_progress_bar=False, early_stopping=False, callbacks=[rates])
+    assert model.trainer.lightning_module.encoder_lr_steps == _presets.DEFAULT_STEPS["small"]
+    for encoder, shared, _ in rates.seen:
+        assert encoder == pytest.approx(shared)
+    for wrong in (0, -3, 2.5, True, "1200"):
+        with pytest.raises(ValueError, match="`encoder_lr_steps` must be a positive integer"):
+            model.train(max_steps=1, enable_progress_bar=False, plan_kwargs={"encoder_lr_steps": wrong})
+
+
+def test_a_run_within_the_encoders_schedule_is_unchanged_by_it(small_adata, tiny):
+    """Up to ``encoder_lr_steps`` the encoder's own group trains exactly as the single group did, bit for bit."""
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    embeddings = []
+    for plan in ({"encoder_lr_steps": None}, {"encoder_lr_steps": 8}):
+        scvi.settings.seed = 0
+        model = SCTrilemma(small_adata, preset="small", **tiny)
+        model.train(max_steps=8, batch_size=32, enable_progress_bar=False, plan_kwargs=plan)
+        embeddings.append(model.get_latent_representation())
+    np.testing.assert_array_equal(embeddings[0], embeddings[1])
+
+
+def test_a_query_keeps_its_frozen_encoder_after_training(small_adata, tiny):
+    """Training gives back only the ``requires_grad`` it took: a query's frozen reference weights stay frozen."""
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", **tiny)
+    frozen = [p for name, p in model.module.encoder.named_parameters() if not name.startswith("gene_embedding")]
+    for parameter in frozen:
+        parameter.requires_grad_(False)
+    model.train(
+        max_steps=6, batch_size=32, enable_progress_bar=False, early_stopping=False, plan_kwargs={"encoder_lr_steps": 3}
+    )
+    assert not any(p.requires_grad for p in frozen)
+    assert model.module.encoder.gene_embedding.weight.requires_grad
 
 
 def _early_stopping(callbacks) -> list[EarlyStopping]:

@@ -60,13 +60,27 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
 }
 
 
+# Training length when ``train()`` is given neither ``max_epochs`` nor ``max_steps``. The paper preset keeps scVI's
+# epoch heuristic with a cap of 50 epochs (each cell costs far more than in scVI). The small preset's default is a
+# number of steps: its embedding separates cell types best after about a thousand steps.
+DEFAULT_EPOCHS_CAP = 50
+DEFAULT_STEPS: dict[str, int | None] = {"paper": None, "small": 1200}
+
 # Optimisation defaults per preset; ``plan_kwargs`` override them. The paper's 2e-4 and warm-ups of 1,250 and 2,500
 # steps suit its 25,000 steps; the small preset trains for hundreds to a few thousand steps on a CPU, where a larger
-# step and short warm-ups learn far more, and the decoder's gene offsets learn at twice the rate
-# (benchmarks/results/quality/NOTES.md).
-TRAINING_DEFAULTS: dict[str, dict[str, float]] = {
+# step and short warm-ups learn far more, and the decoder's gene offsets learn at twice the rate. Its encoder's
+# schedule ends with the default length, so a longer run trains on the decoder with the embedding kept as it was at
+# that length: the embedding loses cell identity when its encoder trains on, while the reconstruction keeps improving
+# with the decoder alone (benchmarks/results/quality/NOTES.md).
+TRAINING_DEFAULTS: dict[str, dict[str, float | int]] = {
     "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500},
-    "small": {"lr": 5e-3, "max_lr_warmup_steps": 50, "max_kl_warmup_steps": 100, "decoder_gene_offset_lr_scale": 2.0},
+    "small": {
+        "lr": 5e-3,
+        "max_lr_warmup_steps": 50,
+        "max_kl_warmup_steps": 100,
+        "decoder_gene_offset_lr_scale": 2.0,
+        "encoder_lr_steps": DEFAULT_STEPS["small"],
+    },
 }
 
 
@@ -99,13 +113,6 @@ def early_stopping_kwargs(preset: str, trainer_kwargs: dict, has_validation_cell
 # Cells per step when ``train(batch_size=None)``: the paper's 256 per GPU; the small preset takes more, cheaper
 # steps, which learn more per second on a CPU (benchmarks/results/quality/NOTES.md).
 BATCH_SIZES: dict[str, int] = {"paper": 256, "small": 64}
-
-# Training length when ``train()`` is given neither ``max_epochs`` nor ``max_steps``. The paper preset keeps scVI's
-# epoch heuristic with a cap of 50 epochs (each cell costs far more than in scVI). The small preset's embedding
-# separates cell types best after about a thousand steps and loses some of it with longer training, so its default
-# is a number of steps (benchmarks/results/quality/NOTES.md).
-DEFAULT_EPOCHS_CAP = 50
-DEFAULT_STEPS: dict[str, int | None] = {"paper": None, "small": 1200}
 
 
 def training_length(

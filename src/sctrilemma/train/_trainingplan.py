@@ -59,6 +59,11 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
     decoder_gene_offset_lr_scale
         Learning rate of the decoder's gene offsets (``decoder_gene_offset`` of the module), as a multiple of ``lr``;
         ignored by a module without them. The small preset's default is 2 (``TRAINING_DEFAULTS``).
+    encoder_lr_steps
+        ``None``: the encoder follows the run's schedule. A number ``N``: the encoder's warm-up + cosine schedule
+        ends after at most ``N`` steps, after which the encoder (its weights and its BatchNorm's statistics), and with
+        it the embedding, stays as it is while the rest of the model trains on; its gradients are then no longer
+        computed, except under multi-process training. The small preset's default is its default length, 1,200 steps (``TRAINING_DEFAULTS``).
     **kwargs
         Passed to :class:`~scvi.train.TrainingPlan` (``lr``, ``weight_decay``, ``max_kl_weight``, ...).
     """
@@ -79,11 +84,18 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         kl_warmup_fraction: float = 0.1,
         max_kl_warmup_steps: int = 2500,
         decoder_gene_offset_lr_scale: float = 1.0,
+        encoder_lr_steps: int | None = None,
         **kwargs,
     ) -> None:
         scale = decoder_gene_offset_lr_scale
         if isinstance(scale, bool) or not (isinstance(scale, int | float) and scale > 0):
             raise ValueError(f"`decoder_gene_offset_lr_scale` must be a positive number, got {scale!r}.")
+        if encoder_lr_steps is not None and (
+            isinstance(encoder_lr_steps, bool) or not isinstance(encoder_lr_steps, int) or encoder_lr_steps < 1
+        ):
+            raise ValueError(
+                f"`encoder_lr_steps` must be a positive integer, or None for the run's schedule; got {encoder_lr_steps!r}."
+            )
         super().__init__(
             module,
             optimizer=optimizer,
@@ -100,6 +112,10 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         self.kl_warmup_fraction = kl_warmup_fraction
         self.max_kl_warmup_steps = max_kl_warmup_steps
         self.decoder_gene_offset_lr_scale = float(decoder_gene_offset_lr_scale)
+        self.encoder_lr_steps = encoder_lr_steps
+        self._encoder_total_steps = math.inf
+        self._frozen_encoder_parameters: list[torch.nn.Parameter] = []
+        self._encoder_norm_momentum: float | None = None
 
     def time_progress(self) -> float:
         """Fraction of the trainer's ``max_time`` budget used so far (0 without one)."""
@@ -109,19 +125,29 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         return 0.0
 
     def get_optimizer_creator(self) -> Callable:
-        """scvi-tools' optimizer creator, with the decoder's gene offsets as their own group at a scaled rate."""
+        """scvi-tools' optimizer creator, with parameter groups where the rates differ.
+
+        The decoder's gene offsets get their own group at a scaled rate and, with ``encoder_lr_steps``, the
+        encoder's parameters get their own group (marked ``"encoder": True``) for their own schedule.
+        """
         creator = super().get_optimizer_creator()
         offset = self.module.decoder.gene_offset
-        if offset is None or self.decoder_gene_offset_lr_scale == 1.0:
+        offset = None if offset is None or self.decoder_gene_offset_lr_scale == 1.0 else offset.weight
+        if offset is None and self.encoder_lr_steps is None:
             return creator
+        encoder = {id(p) for p in self.module.encoder.parameters()} if self.encoder_lr_steps is not None else set()
 
-        def with_offset_group(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        def grouped(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
             params = list(params)
-            groups = [{"params": [p for p in params if p is not offset.weight]}]
-            groups += [{"params": [offset.weight], "lr": self.lr * self.decoder_gene_offset_lr_scale}]
-            return creator(groups)
+            # The encoder's parameters come first in the module, so the groups keep the parameters' order (and the
+            # gradient clipping's sum its rounding).
+            groups = [{"params": [p for p in params if id(p) in encoder], "encoder": True}]
+            groups.append({"params": [p for p in params if p is not offset and id(p) not in encoder], "encoder": False})
+            if offset is not None and any(p is offset for p in params):
+                groups.append({"params": [offset], "lr": self.lr * self.decoder_gene_offset_lr_scale, "encoder": False})
+            return creator([group for group in groups if group["params"]])
 
-        return with_offset_group
+        return grouped
 
     def configure_optimizers(self) -> dict:
         """AdamW with a per-step warm-up + cosine schedule, sized from the trainer's step and time budgets."""
@@ -129,13 +155,48 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         planned = float(self.trainer.estimated_stepping_batches)
         if self.n_epochs_kl_warmup is None and self.n_steps_kl_warmup is None:
             self.n_steps_kl_warmup = planned_warmup(self.kl_warmup_fraction, self.max_kl_warmup_steps, planned)
+        self._encoder_total_steps = min(planned, self.encoder_lr_steps or math.inf)
         if not self.reduce_lr_on_plateau:
             warmup_steps = planned_warmup(self.lr_warmup_fraction, self.max_lr_warmup_steps, planned)
-            scheduler = LambdaLR(
-                config["optimizer"],
-                lambda step: warmup_cosine(
-                    step, total_steps=planned, warmup_steps=warmup_steps, time_progress=self.time_progress()
-                ),
-            )
+
+            def factor(total_steps: float) -> Callable[[int], float]:
+                return lambda step: warmup_cosine(
+                    step, total_steps=total_steps, warmup_steps=warmup_steps, time_progress=self.time_progress()
+                )
+
+            encoder_total = self._encoder_total_steps
+            factors = [
+                factor(encoder_total if group.get("encoder") else planned) for group in config["optimizer"].param_groups
+            ]
+            scheduler = LambdaLR(config["optimizer"], factors)
             config["lr_scheduler"] = {"scheduler": scheduler, "interval": "step"}
         return config
+
+    def on_train_start(self) -> None:
+        """Start with the encoder's parameters as the caller left them."""
+        self._unfreeze_encoder()
+        super().on_train_start()
+
+    def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
+        """Once the encoder's schedule has ended, keep its BatchNorm's statistics and stop its gradients."""
+        if self._encoder_norm_momentum is None and self.global_step >= self._encoder_total_steps:
+            norm = self.module.encoder.posterior_norm
+            self._encoder_norm_momentum, norm.momentum = norm.momentum, 0.0
+            if self.trainer.world_size == 1:
+                self._frozen_encoder_parameters = [p for p in self.module.encoder.parameters() if p.requires_grad]
+                for parameter in self._frozen_encoder_parameters:
+                    parameter.requires_grad_(False)
+        return super().on_train_batch_start(batch, batch_idx)
+
+    def on_train_end(self) -> None:
+        """Give the encoder's parameters back their ``requires_grad``."""
+        self._unfreeze_encoder()
+        super().on_train_end()
+
+    def _unfreeze_encoder(self) -> None:
+        for parameter in self._frozen_encoder_parameters:
+            parameter.requires_grad_(True)
+        self._frozen_encoder_parameters = []
+        if self._encoder_norm_momentum is not None:
+            self.module.encoder.posterior_norm.momentum = self._encoder_norm_momentum
+            self._encoder_norm_momentum = None
