@@ -364,11 +364,11 @@ class SCTrilemma(
         """Train with the paper's recipe through scvi-tools' trainer.
 
         AdamW (lr 2e-4 for the paper preset, weight decay 1e-4), linear warm-up over 5 % of steps then cosine decay,
-        KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and
-        ``precision="bf16-mixed"`` on CUDA. Cells with fewer than ``min_expressed_genes`` expressed
-        genes are left out of training (they go to the test split). The small preset stops early once the validation
-        cells' reconstruction loss has not improved for 10 epochs; pass ``early_stopping=False`` to train the full
-        length, or ``early_stopping=True`` with scvi-tools' ``early_stopping_*`` options to choose the stop.
+        KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and ``precision="bf16-mixed"``
+        on CUDA. Cells with fewer than ``min_expressed_genes`` expressed genes are left out of training (they go to the
+        test split). The small preset's encoder, and so the embedding, stops after 1,200 steps (``encoder_lr_steps``)
+        while a longer run trains the decoder on; its runs end once the validation reconstruction loss has not
+        improved for 10 epochs (``early_stopping=False``: the full length; ``True``: scvi-tools' ``early_stopping_*``).
 
         Parameters
         ----------

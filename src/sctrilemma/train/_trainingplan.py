@@ -155,7 +155,8 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         planned = float(self.trainer.estimated_stepping_batches)
         if self.n_epochs_kl_warmup is None and self.n_steps_kl_warmup is None:
             self.n_steps_kl_warmup = planned_warmup(self.kl_warmup_fraction, self.max_kl_warmup_steps, planned)
-        self._encoder_total_steps = min(planned, self.encoder_lr_steps or math.inf)
+        # The encoder's schedule: the run's, or as long as ``encoder_lr_steps`` when that comes first.
+        self._encoder_total_steps = math.inf if self.encoder_lr_steps is None else min(planned, self.encoder_lr_steps)
         if not self.reduce_lr_on_plateau:
             warmup_steps = planned_warmup(self.lr_warmup_fraction, self.max_lr_warmup_steps, planned)
 
@@ -164,7 +165,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
                     step, total_steps=total_steps, warmup_steps=warmup_steps, time_progress=self.time_progress()
                 )
 
-            encoder_total = self._encoder_total_steps
+            encoder_total = min(planned, self._encoder_total_steps)
             factors = [
                 factor(encoder_total if group.get("encoder") else planned) for group in config["optimizer"].param_groups
             ]
