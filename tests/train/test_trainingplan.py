@@ -255,6 +255,32 @@ def test_a_run_within_the_encoders_schedule_is_unchanged_by_it(small_adata, tiny
     np.testing.assert_array_equal(embeddings[0], embeddings[1])
 
 
+class FailAtStep(Callback):
+    """Raises once training reaches ``step``."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("stopped by the test")
+
+
+def test_an_error_after_the_encoder_stopped_gives_it_back(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", **tiny)
+    with pytest.raises(RuntimeError, match="stopped by the test"):
+        model.train(
+            max_steps=10,
+            batch_size=32,
+            enable_progress_bar=False,
+            plan_kwargs={"encoder_lr_steps": 3},
+            callbacks=[FailAtStep(6)],
+        )
+    assert all(p.requires_grad for p in model.module.parameters())
+    assert model.module.encoder.posterior_norm.momentum == 0.1
+
+
 def test_a_query_keeps_its_frozen_encoder_after_training(small_adata, tiny):
     """Training gives back only the ``requires_grad`` it took: a query's frozen reference weights stay frozen."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks import Callback, Timer
 from scvi.train import TrainingPlan
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -63,7 +63,8 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         ``None``: the encoder follows the run's schedule. A number ``N``: the encoder's warm-up + cosine schedule
         ends after at most ``N`` steps, after which the encoder (its weights and its BatchNorm's statistics), and with
         it the embedding, stays as it is while the rest of the model trains on; its gradients are then no longer
-        computed, except under multi-process training. The small preset's default is its default length, 1,200 steps (``TRAINING_DEFAULTS``).
+        computed, except under multi-process training. Both are given back when training ends, also on an error.
+        The small preset's default is its default length, 1,200 steps (``TRAINING_DEFAULTS``).
     **kwargs
         Passed to :class:`~scvi.train.TrainingPlan` (``lr``, ``weight_decay``, ``max_kl_weight``, ...).
     """
@@ -94,7 +95,8 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
             isinstance(encoder_lr_steps, bool) or not isinstance(encoder_lr_steps, int) or encoder_lr_steps < 1
         ):
             raise ValueError(
-                f"`encoder_lr_steps` must be a positive integer, or None for the run's schedule; got {encoder_lr_steps!r}."
+                "`encoder_lr_steps` must be a positive integer, or None for the run's schedule; "
+                f"got {encoder_lr_steps!r}."
             )
         super().__init__(
             module,
@@ -194,6 +196,10 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         self._unfreeze_encoder()
         super().on_train_end()
 
+    def configure_callbacks(self) -> list[Callback]:
+        """A callback that gives the encoder back if training ends with an error or an interrupt."""
+        return [*super().configure_callbacks(), _GiveBackEncoderOnException()]
+
     def _unfreeze_encoder(self) -> None:
         for parameter in self._frozen_encoder_parameters:
             parameter.requires_grad_(True)
@@ -201,3 +207,11 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         if self._encoder_norm_momentum is not None:
             self.module.encoder.posterior_norm.momentum = self._encoder_norm_momentum
             self._encoder_norm_momentum = None
+
+
+class _GiveBackEncoderOnException(Callback):
+    """Restores what :class:`SCTrilemmaTrainingPlan` froze in the encoder when training stops with an exception."""
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(pl_module, SCTrilemmaTrainingPlan):
+            pl_module._unfreeze_encoder()
