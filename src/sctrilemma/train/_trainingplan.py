@@ -175,11 +175,6 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
             config["lr_scheduler"] = {"scheduler": scheduler, "interval": "step"}
         return config
 
-    def on_train_start(self) -> None:
-        """Start with the encoder's parameters as the caller left them."""
-        self._unfreeze_encoder()
-        super().on_train_start()
-
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         """Once the encoder's schedule has ended, keep its BatchNorm's statistics and stop its gradients."""
         if self._encoder_norm_momentum is None and self.global_step >= self._encoder_total_steps:
