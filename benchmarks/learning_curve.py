@@ -9,6 +9,8 @@ scored, so the budget counts training only. Checkpoints are wall-clock seconds (
 the budget), so that two models run side by side are scored at the same training times; ``--steps`` scores at
 global steps instead (for load-independent comparisons of settings). For SCTrilemma the PCA of all ``K`` token
 means is scored too (``tok_`` columns), a diagnostic of the mean pooling.
+``--train-cells N`` trains on N cells that hold the scored ones, to tell whether a change with length follows the
+steps or the passes over the data.
 
 Writes the curve as JSON; ``--report A.json B.json ...`` draws the table (``.md``) and figure (``.png``) of
 several runs beside ``--out``.
@@ -138,6 +140,11 @@ def train(args: argparse.Namespace) -> dict:
     adata.obs[keys[1]] = adata.obs[keys[1]].astype(str)
     rng = np.random.default_rng(args.seed)
     cells = np.sort(rng.choice(adata.n_obs, min(args.n_cells, adata.n_obs), replace=False))
+    if args.train_cells is not None:  # train on a subset that holds the scored cells
+        others = rng.permutation(np.setdiff1d(np.arange(adata.n_obs), cells))
+        kept = np.sort(np.concatenate([cells, others[: max(0, args.train_cells - cells.size)]]))
+        adata = adata[kept].copy()
+        cells = np.searchsorted(kept, cells)
     sample = adata[cells].copy()
     pca = score(pca_baseline(adata, seed=args.seed).embedding[cells], None, sample, keys)
     torch.set_num_threads(TRAINING_THREADS)
@@ -171,6 +178,7 @@ def train(args: argparse.Namespace) -> dict:
         "budget_multiple": args.budget_multiple,
         "seed": args.seed,
         "n_cells": int(cells.size),
+        "train_cells": int(adata.n_obs),
         "threads": TRAINING_THREADS,
         "load_average_1min_at_end": os.getloadavg()[0],
         "pca": pca,
@@ -238,6 +246,9 @@ def main() -> None:
         "--no-early-stopping", action="store_true", help="train SCTrilemma to the end even if its validation loss rises"
     )
     parser.add_argument("--n-cells", type=int, default=2000, help="cells scored at each checkpoint")
+    parser.add_argument(
+        "--train-cells", type=int, default=None, help="train on this many cells (the scored ones and others at random)"
+    )
     parser.add_argument("--json", default=None, help="write the curve here")
     parser.add_argument("--report", nargs="+", default=None, help="draw these saved curves instead of training")
     parser.add_argument("--out", default="benchmarks/results/quality/learning_curve.md")
