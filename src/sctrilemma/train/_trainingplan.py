@@ -167,9 +167,10 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
                     step, total_steps=total_steps, warmup_steps=warmup_steps, time_progress=self.time_progress()
                 )
 
-            encoder_total = min(planned, self._encoder_total_steps)
+            # only a finite ``encoder_lr_steps`` makes an encoder group, so its total is at most ``planned``
             factors = [
-                factor(encoder_total if group.get("encoder") else planned) for group in config["optimizer"].param_groups
+                factor(self._encoder_total_steps if group.get("encoder") else planned)
+                for group in config["optimizer"].param_groups
             ]
             scheduler = LambdaLR(config["optimizer"], factors)
             config["lr_scheduler"] = {"scheduler": scheduler, "interval": "step"}
