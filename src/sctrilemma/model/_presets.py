@@ -34,12 +34,14 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "decoder_gene_offset": False,
         "min_depth_fraction": 1.0,
         "embedding_depth_quantile": None,
+        "encoder_genes": None,
     },
     # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: one attention head
     # (the attention's cost grows with the heads), many decoupled, weighted decoder targets with a narrow
     # feed-forward layer, no dropout, a less noisy starting posterior, the encoder's input binomially thinned to
-    # 40-100 % of each cell's depth in training and to the training cells' 10th-percentile depth for embedding and,
-    # on many genes, gene embeddings that start from the data, on fewer the decoder's own gene offsets
+    # 40-100 % of each cell's depth in training and to the training cells' 10th-percentile depth for embedding, the
+    # encoder reading the 4,000 most variable genes where there are more and, on many genes, gene embeddings that
+    # start from the data, on fewer the decoder's own gene offsets
     # (docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
@@ -56,6 +58,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "decoder_gene_offset": "auto",
         "min_depth_fraction": 0.4,
         "embedding_depth_quantile": 0.1,
+        "encoder_genes": 4000,
     },
 }
 

@@ -96,6 +96,11 @@ class SCTrilemmaModule(
         How the gene embeddings start: ``"normal"`` (``N(0, 1)``, the paper), ``"pca"`` (each gene's loadings on
         the principal components of the training data, set by the model when its training starts) or ``"auto"``
         (``"pca"`` above 3,000 genes, where each gene is sampled too rarely to learn its embedding from a random start).
+    encoder_genes
+        ``None`` (the paper): the encoder's crop may take any gene. A number ``n`` (with ``n_decoder_targets`` set):
+        on data with more than ``n`` genes the crop takes each cell's top expressed genes among the ``n`` most
+        variable ones only (``encoder_gene_mask``, set by the model when its training starts and saved with the
+        weights), while the decoder still reconstructs every gene.
     decoder_gene_offset
         ``False`` (the paper): the decoder's gene queries read the gene embeddings the encoder reads, and both train
         them. ``True``: the decoder reads them plus an offset per gene of its own (zero at the start), and its gradient
@@ -141,6 +146,7 @@ class SCTrilemmaModule(
         embedding_depth_quantile: float | None = None,
         gene_embedding_init: GeneEmbeddingInit = "normal",
         decoder_gene_offset: bool | Literal["auto"] = False,
+        encoder_genes: int | None = None,
     ) -> None:
         super().__init__()
         if prior not in ("pseudobulk", "normal"):
@@ -158,6 +164,12 @@ class SCTrilemmaModule(
             raise ValueError(f"`embedding_depth_quantile` must be None or in [0, 1], got {embedding_depth_quantile}.")
         if gene_embedding_init not in ("normal", "pca", "auto"):
             raise ValueError(f"`gene_embedding_init` must be 'normal', 'pca' or 'auto', got {gene_embedding_init!r}.")
+        if encoder_genes is not None and (int(encoder_genes) < 1 or n_decoder_targets is None):
+            raise ValueError(
+                f"`encoder_genes` must be None or a positive integer with `n_decoder_targets` set (the encoder's crop "
+                f"must be its own, not the decoder's targets), got {encoder_genes} with n_decoder_targets="
+                f"{n_decoder_targets}."
+            )
         if decoder_gene_offset not in (True, False, "auto"):
             raise ValueError(f"`decoder_gene_offset` must be True, False or 'auto', got {decoder_gene_offset!r}.")
         if gene_embedding_init == "auto":
@@ -173,7 +185,10 @@ class SCTrilemmaModule(
         self.embedding_depth_quantile = embedding_depth_quantile
         # The depth cells are thinned to outside training; 0 until fitted, and in models saved without it.
         self.register_buffer("embedding_depth", torch.zeros(()))
-        self.register_load_state_dict_pre_hook(_default_embedding_depth)
+        self.encoder_genes = encoder_genes
+        # The genes the encoder's crop may take; all until fitted, and in models saved without it.
+        self.register_buffer("encoder_gene_mask", torch.ones(n_input, dtype=torch.bool))
+        self.register_load_state_dict_pre_hook(_default_buffers)
         self.gene_embedding_init = gene_embedding_init
         block_kwargs = {"n_heads": n_heads, "dropout_rate": dropout_rate, "ffn_multiplier": ffn_multiplier}
         self.encoder = PerceiverEncoder(
@@ -316,14 +331,14 @@ class SCTrilemmaModule(
         library = x.sum(dim=1, keepdim=True)
         if crop is None:
             if not self.training:
-                crop = expressed_crop(x, self.crop_size)
+                crop = expressed_crop(x * self.encoder_gene_mask, self.crop_size)
             elif self.n_decoder_targets is None:
                 crop = training_crop(x, self.crop_size)
             else:
                 if self.min_depth_fraction < 1.0:
                     x = thin_counts(x, self.min_depth_fraction)
                     library = x.sum(dim=1, keepdim=True)
-                crop = expressed_crop(x, self.crop_size, random_ties=True)
+                crop = expressed_crop(x * self.encoder_gene_mask, self.crop_size, random_ties=True)
         q_mean, q_logvar = self.encode(crop, library)
         q_std = torch.exp(0.5 * q_logvar)
         if n_samples > 1:
@@ -469,6 +484,7 @@ class SCTrilemmaModule(
         )
 
 
-def _default_embedding_depth(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """A state saved without ``embedding_depth`` loads with 0: its cells are embedded unthinned, as they were."""
+def _default_buffers(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """A state saved without the fitted buffers loads as it was trained: cells unthinned, the encoder on every gene."""
     state_dict.setdefault(f"{prefix}embedding_depth", torch.zeros(()))
+    state_dict.setdefault(f"{prefix}encoder_gene_mask", torch.ones(module.n_input, dtype=torch.bool))
