@@ -69,6 +69,10 @@ def test_training_fits_the_mask_and_load_keeps_it(small_adata, tiny, tmp_path):
     loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
     np.testing.assert_array_equal(loaded.module.encoder_gene_mask.numpy(), mask)
     np.testing.assert_allclose(loaded.get_latent_representation(), model.get_latent_representation(), atol=1e-6)
+    # a zero-shot query reads the reference's genes, also when it fine-tunes
+    query = SCTrilemma.load_query_data(small_adata.copy(), model, unfrozen=True)
+    query.train(max_steps=1, batch_size=32, enable_progress_bar=False)
+    np.testing.assert_array_equal(query.module.encoder_gene_mask.numpy(), mask)
     # a state saved before the mask existed loads with the encoder on every gene
     state = {k: v for k, v in model.module.state_dict().items() if k != "encoder_gene_mask"}
     model.module.load_state_dict(state)
