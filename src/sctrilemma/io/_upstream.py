@@ -258,6 +258,7 @@ def upstream_to_module_state(state: dict[str, torch.Tensor]) -> tuple[dict[str, 
     if src["px_r"].shape != (n_input,):
         raise ValueError(f"px_r has shape {tuple(src['px_r'].shape)}, expected ({n_input},) like the gene embedding")
     out["embedding_depth"] = torch.zeros(())  # the paper's model reads every cell's counts as they are
+    out["encoder_gene_mask"] = torch.ones(n_input, dtype=torch.bool)  # and every gene
     return out, config
 
 
