@@ -8,7 +8,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+from sctrilemma.train._threads import torch_threads_kept
 
 if TYPE_CHECKING:
     from anndata import AnnData
@@ -52,18 +53,15 @@ def pca_baseline(
     import scanpy as sc
 
     start = time.perf_counter()
-    threads = torch.get_num_threads()
     work = adata.copy()
     work.X = _counts(adata, layer).copy()
-    try:
+    with torch_threads_kept():
         sc.pp.normalize_total(work, target_sum=1e4)
         sc.pp.log1p(work)
         n_top = min(n_top_genes, work.n_vars)
         sc.pp.highly_variable_genes(work, n_top_genes=n_top, subset=True)
         n_comps = min(n_comps, work.n_vars - 1, work.n_obs - 1)
         sc.pp.pca(work, n_comps=n_comps, random_state=seed)
-    finally:
-        torch.set_num_threads(threads)
     return BaselineResult(
         embedding=np.asarray(work.obsm["X_pca"]),
         train_seconds=time.perf_counter() - start,

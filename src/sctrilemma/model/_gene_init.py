@@ -10,6 +10,7 @@ import torch
 from scvi import REGISTRY_KEYS, settings
 
 from sctrilemma._normalize import fit_log1p_cp10k_pca, log1p_cp10k
+from sctrilemma.train._threads import torch_threads_kept
 
 if TYPE_CHECKING:
     from sctrilemma.model import SCTrilemma
@@ -19,6 +20,14 @@ logger = logging.getLogger(__name__)
 # Cells the principal components and the most variable genes are computed from: a start needs no more, and on 28k
 # genes ARPACK took 5 s for 1,021 cells and 99 s for 20,420 on one thread.
 MAX_PCA_CELLS = 5_000
+
+
+def _cell_subset(counts, max_cells: int, seed: int):
+    """``counts`` of a random subset of ``max_cells`` cells, in their order, drawn with ``seed``; all when fewer."""
+    n_cells = counts.shape[0]
+    if n_cells <= max_cells:
+        return counts
+    return counts[np.sort(np.random.default_rng(seed).choice(n_cells, max_cells, replace=False))]
 
 
 def principal_gene_loadings(counts, n_components: int, *, max_cells: int = MAX_PCA_CELLS, seed: int = 0) -> np.ndarray:
@@ -39,10 +48,8 @@ def principal_gene_loadings(counts, n_components: int, *, max_cells: int = MAX_P
     -------
     Loadings with each component scaled to a mean square of one over the genes, the scale of ``N(0, 1)``.
     """
-    rng = np.random.default_rng(seed)
-    n_cells, n_genes = counts.shape
-    if n_cells > max_cells:
-        counts = counts[np.sort(rng.choice(n_cells, max_cells, replace=False))]
+    n_genes = counts.shape[1]
+    counts = _cell_subset(counts, max_cells, seed)
     n_components = min(n_components, min(counts.shape) - 1)
     if n_components < 1:
         return np.zeros((n_genes, 0), dtype=np.float32)
@@ -59,15 +66,9 @@ def most_variable_genes(counts, n_genes: int, *, max_cells: int = MAX_PCA_CELLS,
     import scanpy as sc
     from anndata import AnnData
 
-    n_cells = counts.shape[0]
-    if n_cells > max_cells:
-        counts = counts[np.sort(np.random.default_rng(seed).choice(n_cells, max_cells, replace=False))]
-    threads = torch.get_num_threads()
-    try:
-        genes = AnnData(log1p_cp10k(counts))
+    genes = AnnData(log1p_cp10k(_cell_subset(counts, max_cells, seed)))
+    with torch_threads_kept():
         sc.pp.highly_variable_genes(genes, n_top_genes=n_genes, flavor="seurat")
-    finally:
-        torch.set_num_threads(threads)
     return genes.var["highly_variable"].to_numpy(dtype=bool)
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
 from lightning.pytorch.callbacks import Callback
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Generator, Iterable, Iterator
 
     import lightning.pytorch as pl
 
@@ -29,6 +30,16 @@ THREAD_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 def user_chose_threads() -> bool:
     """Whether the user set torch's thread count (``torch.set_num_threads`` or ``OMP_NUM_THREADS``)."""
     return torch.get_num_threads() != THREADS_AT_IMPORT or any(name in os.environ for name in THREAD_ENVIRONMENT)
+
+
+@contextmanager
+def torch_threads_kept() -> Generator[None, None, None]:
+    """Restore torch's thread count on exit: scanpy's preprocessing raises it to the number of cores."""
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def thread_candidates(threads: int) -> list[int]:
