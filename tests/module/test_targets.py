@@ -99,6 +99,16 @@ def test_thin_counts_keeps_a_random_fraction_of_each_cells_depth(counts: torch.T
     assert torch.equal(thin_counts(counts, 1.0), counts)
 
 
+def test_a_cell_thinned_to_nothing_keeps_its_counts() -> None:
+    x = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 2.0], [0.0, 0.0, 0.0], [400.0, 300.0, 500.0]])
+    original = x.clone()
+    # fractions down to 1e-30: the cells of one or two molecules lose them all and are given them back
+    thinned = thin_counts(x, 1e-30, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(thinned[:3], x[:3])
+    assert (thinned[3] <= x[3]).all()
+    assert torch.equal(x, original)
+
+
 def test_only_the_encoder_sees_thinned_counts_and_only_in_training(
     counts: torch.Tensor, tiny: dict, module_sizes: dict
 ) -> None:

@@ -112,3 +112,18 @@ def test_expressed_crop_breaks_ties_by_gene_order() -> None:
     crop = expressed_crop(x, 3)
     assert crop.genes.tolist() == [[1, 5, 0], [6, 1, 0]]
     assert crop.mask.tolist() == [[True, True, True], [True, True, False]]
+
+
+def test_expressed_crop_among_some_genes_reads_only_those(counts: torch.Tensor) -> None:
+    among = torch.arange(0, counts.shape[1], 3)
+    mask = torch.zeros(counts.shape[1], dtype=torch.bool)
+    mask[among] = True
+    crop = expressed_crop(counts, 64, among=among)
+    masked = expressed_crop(counts * mask, 64)  # the same crop, taken from counts zeroed outside those genes
+    assert torch.equal(crop.mask, masked.mask)
+    assert torch.equal(crop.genes[crop.mask], masked.genes[masked.mask])
+    assert torch.equal(crop.counts, counts.gather(1, crop.genes) * crop.mask)
+    drawn = expressed_crop(counts, 64, random_ties=True, among=among)
+    assert mask[drawn.genes].all()
+    assert torch.equal(drawn.counts, counts.gather(1, drawn.genes))
+    assert torch.equal(drawn.mask.sum(1), crop.mask.sum(1))

@@ -22,8 +22,11 @@ def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator
 
 
 def _emptied_cells_restored(thinned: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``thinned``, with every cell that thinning left without counts given back its counts in ``x``."""
-    return torch.where(thinned.sum(1, keepdim=True) > 0, thinned, x)
+    """``thinned`` (changed in place), with every cell that thinning left without counts given back its counts in ``x``."""
+    emptied = thinned.sum(1) == 0
+    if bool(emptied.any()):
+        thinned[emptied] = x[emptied]
+    return thinned
 
 
 def _hash32(values: torch.Tensor) -> torch.Tensor:

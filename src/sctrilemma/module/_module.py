@@ -331,14 +331,14 @@ class SCTrilemmaModule(
         library = x.sum(dim=1, keepdim=True)
         if crop is None:
             if not self.training:
-                crop = expressed_crop(x * self.encoder_gene_mask, self.crop_size)
+                crop = expressed_crop(x, self.crop_size, among=self._encoder_genes())
             elif self.n_decoder_targets is None:
                 crop = training_crop(x, self.crop_size)
             else:
                 if self.min_depth_fraction < 1.0:
                     x = thin_counts(x, self.min_depth_fraction)
                     library = x.sum(dim=1, keepdim=True)
-                crop = expressed_crop(x * self.encoder_gene_mask, self.crop_size, random_ties=True)
+                crop = expressed_crop(x, self.crop_size, random_ties=True, among=self._encoder_genes())
         q_mean, q_logvar = self.encode(crop, library)
         q_std = torch.exp(0.5 * q_logvar)
         if n_samples > 1:
@@ -348,6 +348,10 @@ class SCTrilemmaModule(
         else:
             z_tokens = q_mean
         return self.inference_outputs(z_tokens, q_mean, q_logvar, crop)
+
+    def _encoder_genes(self) -> torch.Tensor | None:
+        """The indices of the genes the encoder reads, or ``None`` for every gene."""
+        return None if bool(self.encoder_gene_mask.all()) else self.encoder_gene_mask.nonzero().squeeze(1)
 
     def fit_embedding_depth(self, library: np.ndarray) -> None:
         """Set ``embedding_depth`` to the ``embedding_depth_quantile`` of the training cells' depths ``library``."""

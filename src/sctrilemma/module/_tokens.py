@@ -67,7 +67,11 @@ def training_crop(
 
 
 def expressed_crop(
-    x: torch.Tensor, crop_size: int, random_ties: bool = False, generator: torch.Generator | None = None
+    x: torch.Tensor,
+    crop_size: int,
+    random_ties: bool = False,
+    generator: torch.Generator | None = None,
+    among: torch.Tensor | None = None,
 ) -> GeneCrop:
     """The embedding crop: each cell's top-``crop_size`` expressed genes, no zero genes.
 
@@ -75,14 +79,19 @@ def expressed_crop(
     expressed genes than ``crop_size`` does not depend on the sorting algorithm. Cells with fewer
     expressed genes than the longest cell in the batch are padded (real positions first) and masked.
     With ``random_ties`` (training), equal counts are ordered at random instead, so the genes kept
-    are the same as in embedding except among equal counts at the crop's edge.
+    are the same as in embedding except among equal counts at the crop's edge. ``among`` (increasing
+    gene indices) restricts the crop to those genes; the crop's indices are still into ``x``'s genes.
     """
-    n_expressed = int((x > 0).sum(dim=1).max())
+    if among is not None:
+        crop = expressed_crop(x[:, among], crop_size, random_ties, generator)
+        return crop._replace(genes=among[crop.genes])
+    expressed = x > 0
+    n_expressed = int(expressed.sum(dim=1, dtype=torch.int32).max())
     n = max(1, min(crop_size, n_expressed))
     if random_ties:
-        # Counts are integers: noise in [0, 0.5) reorders equal counts only.
-        noise = 0.5 * torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-        genes = (x + noise * (x > 0)).topk(n, dim=1, sorted=True).indices
+        # Counts are integers: noise in [0, 0.5) on the expressed genes reorders equal counts only.
+        noise = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+        genes = torch.addcmul(x, noise, expressed.to(x.dtype), value=0.5).topk(n, dim=1, sorted=True).indices
         counts = x.gather(1, genes)
         return GeneCrop(genes, counts, counts > 0)
     if n_expressed > n:
@@ -102,7 +111,7 @@ def _uniform_stratum(
     inclusion probability ``(batch, n)``.
     """
     drawn = torch.where(eligible, keys, -1.0).topk(n, dim=1)
-    pool = eligible.sum(1, keepdim=True)
+    pool = eligible.sum(1, keepdim=True, dtype=torch.int32)
     weight = pool / pool.clamp(max=n).clamp_min(1)
     return drawn.indices, drawn.values >= 0, weight.expand(-1, n)
 
@@ -182,7 +191,7 @@ class GeneDetection(nn.Module):
 
     def update(self, x: torch.Tensor) -> None:
         """Count the cells of a training batch ``x`` ``(batch, n_genes)``."""
-        self.detected += (x > 0).sum(0)
+        self.detected += (x > 0).sum(0, dtype=torch.int32)
         self.n_cells += x.shape[0]
 
     def rare_genes(self) -> torch.Tensor | None:
