@@ -130,7 +130,7 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         """scvi-tools' Adam/AdamW creator, with torch's fused update when training on the CPU in fp32.
 
         The fused update computes the same AdamW step in one pass per parameter instead of about ten (on
-        CellBench's 27,952 genes 5 ms a step instead of 39; ``benchmarks/results/speed/NOTES.md``). Mixed
+        CellBench's 27,952 genes about 4 ms a step instead of 15; ``benchmarks/results/speed/NOTES.md``). Mixed
         precision keeps torch's default, which Lightning's gradient clipping needs there.
         """
         fused = self.device.type == "cpu" and self._trainer is not None and self.trainer.precision == "32-true"
