@@ -129,3 +129,38 @@ def test_sampled_rows_with_several_samples_per_cell_are_posterior_draws(de_model
     distance_to_own = np.abs(np.log(rows) - np.log(means)).mean(1)
     distance_to_other = np.abs(np.log(rows) - np.log(np.roll(means, 7, axis=0))).mean(1)
     assert np.mean(distance_to_own < distance_to_other) > 0.8
+
+
+def test_one_call_decodes_each_cell_once_with_the_same_results(de_model: SCTrilemma, monkeypatch):
+    """Over several comparisons each cell is decoded once and its row reused; the results do not change.
+
+    With fewer rows asked than a side's cells, the rows are posterior means (scVI's one sample per cell).
+    """
+    from scvi.model.base import RNASeqMixin
+
+    from sctrilemma.model import _expression
+
+    decoded = []
+    parent = RNASeqMixin.get_normalized_expression
+
+    def counting(self, *args, **kwargs):
+        decoded.append(np.asarray(kwargs["indices"]))
+        return parent(self, *args, **kwargs)
+
+    monkeypatch.setattr(RNASeqMixin, "get_normalized_expression", counting)
+    results, kept_bytes = {}, _expression.DECODED_ROWS_BYTES
+    for cache_bytes in (kept_bytes, 0):  # 0: nothing is kept, every comparison decodes its rows
+        monkeypatch.setattr(_expression, "DECODED_ROWS_BYTES", cache_bytes)
+        decoded.clear()
+        np.random.seed(0)  # noqa: NPY002
+        results[cache_bytes] = de_model.differential_expression(groupby="cell_type", n_samples_overall=140)
+        cells = np.concatenate(decoded)
+        results[cache_bytes, "decodes"] = cells.size
+        if cache_bytes:
+            assert np.unique(cells).size == cells.size  # no cell decoded twice
+    assert results[0, "decodes"] > 1.2 * results[kept_bytes, "decodes"]
+    kept, fresh = results[kept_bytes], results[0]
+    pd.testing.assert_index_equal(kept.index, fresh.index)
+    np.testing.assert_allclose(kept["scale1"], fresh["scale1"], rtol=1e-4, atol=1e-8)
+    np.testing.assert_allclose(kept["bayes_factor"], fresh["bayes_factor"], rtol=1e-4, atol=1e-4)
+    assert de_model._decoded_rows is None  # nothing kept after the call

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
 import torch
 from scvi import settings
+from scvi.model.base import RNASeqMixin
 
 from sctrilemma._constants import SCT_MODULE_KEYS
 from sctrilemma.model._label_transfer import UNKNOWN, transfer_labels
@@ -17,11 +20,15 @@ from sctrilemma.module._analysis import observed_library
 from sctrilemma.train._threads import ThreadTunedLoader, user_chose_threads
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Generator, Iterator, Sequence
     from numbers import Number
 
     from anndata import AnnData
     from mudata import MuData
+
+
+# Bytes of decoded rows that differential expression keeps for reuse within one call (beyond them it decodes as needed).
+DECODED_ROWS_BYTES = 1 << 30
 
 
 class ExpressionMixin:
@@ -30,6 +37,68 @@ class ExpressionMixin:
     Place before :class:`~scvi.model.base.RNASeqMixin`: its differential expression, likelihood parameters and
     feature correlations run through these methods and the module's all-gene ``forward(compute_loss=False)``.
     """
+
+    # Within one differential_expression call: (id of the data, library size) -> (decoded rows, which cells have one)
+    _decoded_rows: dict | None = None
+
+    @functools.wraps(RNASeqMixin.differential_expression, assigned=())
+    def differential_expression(self, *args, **kwargs) -> pd.DataFrame:
+        """:meth:`scvi.model.base.RNASeqMixin.differential_expression`, with the same arguments and results.
+
+        Each comparison draws rows of posterior-mean expression of its cells (``n_samples_overall``); one call over
+        several groups (``groupby``) draws the same cells again and again. Here each cell is decoded once per call,
+        for up to ``DECODED_ROWS_BYTES`` of rows, and its row reused; the values are the same.
+        """
+        with self._decoding_each_cell_once():
+            return super().differential_expression(*args, **kwargs)
+
+    @contextmanager
+    def _decoding_each_cell_once(self) -> Generator[None, None, None]:
+        outer = self._decoded_rows is not None
+        if not outer:
+            self._decoded_rows = {}
+        try:
+            yield
+        finally:
+            if not outer:
+                self._decoded_rows = None
+
+    def _posterior_mean_rows(
+        self, adata, cells: np.ndarray, library_size: float | str, batch_size: int | None, data_loader_kwargs
+    ) -> np.ndarray:
+        """Posterior-mean expression of the distinct ``cells``, decoded once per cell within differential expression."""
+        parent = super().get_normalized_expression
+
+        def decode(subset: np.ndarray) -> np.ndarray:
+            return parent(
+                adata=adata,
+                indices=subset,
+                library_size="latent" if isinstance(library_size, str) else library_size,
+                batch_size=batch_size,
+                return_numpy=True,
+                data_loader_kwargs=data_loader_kwargs,
+            )
+
+        if self._decoded_rows is None:
+            return decode(cells)
+        key = (id(adata), library_size)
+        entry = self._decoded_rows.get(key)
+        if entry is None:
+            if key in self._decoded_rows:  # too large to keep
+                return decode(cells)
+            values = decode(cells)
+            if adata.n_obs * values.shape[1] * values.itemsize > DECODED_ROWS_BYTES:
+                self._decoded_rows[key] = None
+                return values
+            rows, have = np.empty((adata.n_obs, values.shape[1]), dtype=values.dtype), np.zeros(adata.n_obs, bool)
+            rows[cells], have[cells] = values, True
+            self._decoded_rows[key] = (rows, have)
+            return values
+        rows, have = entry
+        missing = cells[~have[cells]]
+        if missing.size:
+            rows[missing], have[missing] = decode(missing), True
+        return rows[cells]
 
     def _make_data_loader(self, *args, **kwargs):
         """scvi-tools' inference data loader; on the CPU its batches run at the fastest of a few thread counts.
@@ -195,15 +264,7 @@ class ExpressionMixin:
         rows = np.random.choice(n_samples * len(cells), n_samples_overall)  # noqa: NPY002
         drawn, inverse = np.unique(rows, return_inverse=True)
         if n_samples == 1:
-            values = super().get_normalized_expression(
-                adata=adata,
-                indices=cells[drawn],
-                library_size="latent" if isinstance(library_size, str) else library_size,
-                batch_size=batch_size,
-                return_numpy=True,
-                data_loader_kwargs=data_loader_kwargs,
-            )
-            return values[inverse]
+            return self._posterior_mean_rows(adata, cells[drawn], library_size, batch_size, data_loader_kwargs)[inverse]
         scale = None if isinstance(library_size, str) else library_size
         loader = self._make_data_loader(
             adata=adata, indices=cells[drawn % len(cells)], batch_size=batch_size, **(data_loader_kwargs or {})
