@@ -45,9 +45,10 @@ class ExpressionMixin:
     def differential_expression(self, *args, **kwargs) -> pd.DataFrame:
         """:meth:`scvi.model.base.RNASeqMixin.differential_expression`, with the same arguments and results.
 
-        Each comparison draws rows of posterior-mean expression of its cells (``n_samples_overall``); one call over
-        several groups (``groupby``) draws the same cells again and again. Here each cell is decoded once per call,
-        for up to ``DECODED_ROWS_BYTES`` of rows, and its row reused; the values are the same.
+        A side of a comparison with more cells than ``n_samples_overall`` draws rows of posterior-mean expression,
+        one per cell, and one call over several groups (``groupby``) draws many of the same cells again. Each such
+        cell is decoded once per call (for up to ``DECODED_ROWS_BYTES`` of rows) and its row reused; the values are
+        the same. Sides with several samples per cell draw from the posterior and are decoded as drawn.
         """
         with self._decoding_each_cell_once():
             return super().differential_expression(*args, **kwargs)
