@@ -50,19 +50,6 @@ def test_paper_recipe_is_applied(small_adata, tiny):
     assert model.is_trained
 
 
-def test_cpu_training_in_fp32_takes_the_fused_adamw_step(small_adata, tiny):
-    """The fused update on the CPU in fp32; under mixed precision torch's default, which gradient clipping needs."""
-    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny, preset="small")
-    model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
-    optimizer = model.trainer.optimizers[0]
-    assert type(optimizer).__name__ == "AdamW"
-    assert all(group["fused"] for group in optimizer.param_groups)
-    model.train(max_steps=2, batch_size=32, enable_progress_bar=False, precision="bf16-mixed")
-    assert model.trainer.gradient_clip_val == 1.0
-    assert not any(group["fused"] for group in model.trainer.optimizers[0].param_groups)
-
-
 def test_module_is_back_in_training_mode_for_a_second_fit(small_adata, tiny):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     model = SCTrilemma(small_adata, **tiny, preset="paper")

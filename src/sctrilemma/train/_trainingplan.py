@@ -126,21 +126,6 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
                 return callback.time_elapsed("train") / max(callback._duration, 1e-9)
         return 0.0
 
-    def _optimizer_creator_fn(self, optimizer_cls: type[torch.optim.Optimizer]) -> Callable:
-        """scvi-tools' Adam/AdamW creator, with torch's fused update when training on the CPU in fp32.
-
-        The fused update computes the same AdamW step in one pass per parameter instead of about ten (on
-        CellBench's 27,952 genes about 4 ms a step instead of 15; ``benchmarks/results/speed/NOTES.md``). Mixed
-        precision keeps torch's default, which Lightning's gradient clipping needs there.
-        """
-        fused = self.device.type == "cpu" and self._trainer is not None and self.trainer.precision == "32-true"
-
-        def create(params: Iterable) -> torch.optim.Optimizer:
-            options = {"fused": True} if fused else {}
-            return optimizer_cls(params, lr=self.lr, eps=self.eps, weight_decay=self.weight_decay, **options)
-
-        return create
-
     def get_optimizer_creator(self) -> Callable:
         """scvi-tools' optimizer creator, with parameter groups where the rates differ.
 
