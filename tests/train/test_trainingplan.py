@@ -85,8 +85,23 @@ def test_train_without_a_length_uses_the_presets_default(small_adata, tiny, monk
     assert model.trainer.global_step == (5 if preset == "small" else 2 * n_batches)
 
 
+def test_small_preset_trains_one_pass_when_its_default_steps_do_not_cover_the_cells(small_adata, tiny, monkeypatch):
+    """A data set larger than the default steps cover trains one pass over its training cells, every cell seen once."""
+    monkeypatch.setitem(_presets.DEFAULT_STEPS, "small", 2)
+    SCTrilemma.setup_anndata(small_adata)
+    model = SCTrilemma(small_adata, preset="small", **tiny, prior="normal")
+    model.train(batch_size=50, enable_progress_bar=False)
+    n_batches = math.ceil(model.train_indices.size / 50)
+    assert n_batches > 2
+    assert model.trainer.global_step == n_batches
+
+
 def test_default_training_length():
-    assert _presets.training_length("small", 1_000_000, None, None) == (None, _presets.DEFAULT_STEPS["small"])
+    default = _presets.DEFAULT_STEPS["small"]
+    assert _presets.training_length("small", 1_000_000, None, None) == (None, default)
+    assert _presets.training_length("small", 8_684, None, None, steps_per_epoch=123) == (None, default)
+    assert _presets.training_length("small", 1_000_000, None, None, steps_per_epoch=14_063) == (None, 14_063)
+    assert _presets.training_length("small", 1_000_000, None, 300, steps_per_epoch=14_063) == (None, 300)
     assert _presets.training_length("paper", 10_000, None, None) == (50, None)
     assert _presets.training_length("paper", 40_000, None, None) == (25, None)  # scVI's heuristic decays above 20,000
     assert _presets.training_length("small", 10_000, 3, None) == (3, None)  # a given length is kept

@@ -375,8 +375,9 @@ class SCTrilemma(
         max_epochs
             Passes over the training cells.
         max_steps
-            Optimisation steps; overrides ``max_epochs``. With neither, the small preset trains 1,200 steps, the
-            paper preset scVI's :func:`~scvi.model.get_max_epochs_heuristic` capped at 50 epochs.
+            Optimisation steps; overrides ``max_epochs``. With neither, the small preset trains 1,200 steps (on an
+            AnnData, one pass over the training cells where that is longer), the paper preset scVI's
+            :func:`~scvi.model.get_max_epochs_heuristic` capped at 50 epochs.
         batch_size
             Cells per step; by default the preset's: 256 (``"paper"``, per GPU as in the paper) or 64 (``"small"``).
         train_size, validation_size
@@ -424,7 +425,7 @@ class SCTrilemma(
         )
         datasplitter_kwargs["external_indexing"] = splits
         steps_per_epoch = max(1, math.ceil(np.asarray(splits[0]).size / batch_size))
-        max_epochs, max_steps = training_length(self._preset, self.adata.n_obs, max_epochs, max_steps)
+        max_epochs, max_steps = training_length(self._preset, self.adata.n_obs, max_epochs, max_steps, steps_per_epoch)
         if max_steps is not None:
             max_epochs = math.ceil(max_steps / steps_per_epoch)
             trainer_kwargs["max_steps"] = max_steps

@@ -65,7 +65,9 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
 
 # Training length when ``train()`` is given neither ``max_epochs`` nor ``max_steps``. The paper preset keeps scVI's
 # epoch heuristic with a cap of 50 epochs (each cell costs far more than in scVI). The small preset's default is a
-# number of steps: its embedding separates cell types best after about a thousand steps.
+# number of steps, its encoder's schedule: its embedding separates cell types best after about a thousand steps. On
+# data sets larger than those steps cover (76,800 cells at the default batch) it trains one pass over the training
+# cells, so that the decoder, which trains on after the encoder's schedule, sees every cell.
 DEFAULT_EPOCHS_CAP = 50
 DEFAULT_STEPS: dict[str, int | None] = {"paper": None, "small": 1200}
 
@@ -119,13 +121,17 @@ BATCH_SIZES: dict[str, int] = {"paper": 256, "small": 64}
 
 
 def training_length(
-    preset: str, n_obs: int, max_epochs: int | None, max_steps: int | None
+    preset: str, n_obs: int, max_epochs: int | None, max_steps: int | None, steps_per_epoch: int = 1
 ) -> tuple[int | None, int | None]:
-    """``train()``'s ``(max_epochs, max_steps)`` as given, or the preset's default when it sets neither."""
+    """``train()``'s ``(max_epochs, max_steps)`` as given, or the preset's default when it sets neither.
+
+    The small preset's default is ``DEFAULT_STEPS`` or one pass over the training cells (``steps_per_epoch``),
+    whichever is longer; the paper preset's is scVI's epoch heuristic for ``n_obs`` cells, capped.
+    """
     if max_epochs is not None or max_steps is not None:
         return max_epochs, max_steps
     if DEFAULT_STEPS[preset] is not None:
-        return None, DEFAULT_STEPS[preset]
+        return None, max(DEFAULT_STEPS[preset], steps_per_epoch)
     return get_max_epochs_heuristic(n_obs, epochs_cap=DEFAULT_EPOCHS_CAP), None
 
 
