@@ -1,5 +1,15 @@
-"""Train SCTrilemma as trilemma.py does (small preset + overrides, 240 s) and score it alone with the Scorecard."""
+"""Train SCTrilemma as trilemma.py does (small preset plus overrides, 240 s) and score it alone with the Scorecard.
 
+Run from the repository root::
+
+    OMP_NUM_THREADS=1 python benchmarks/results/quality/latent_genes/screen_script.py DATA TAG MODEL_JSON SEEDS OUT
+        [--cut-to-variable-genes N]
+
+``--cut-to-variable-genes`` trains on the data cut to the package's ``N`` most variable genes (a diagnostic: the
+depth and logFC figures are then over those genes only).
+"""
+
+import argparse
 import json
 import os
 import sys
@@ -8,30 +18,31 @@ from pathlib import Path
 import anndata as ad
 import torch
 
-sys.path.insert(0, "benchmarks")  # run from the repository root
+sys.path.insert(0, "benchmarks")
 import trilemma
 
 from sctrilemma.benchmark import Scorecard
+from sctrilemma.model._gene_init import most_variable_genes
 
-data, tag, model_kwargs, seeds, out = (
-    sys.argv[1],
-    sys.argv[2],
-    json.loads(sys.argv[3]),
-    [int(s) for s in sys.argv[4].split(",")],
-    sys.argv[5],
-)
-plan_kwargs = json.loads(sys.argv[6]) if len(sys.argv) > 6 else None
-label_key, context_key, symbol_key = trilemma.DATASETS[data]
-for seed in seeds:
+parser = argparse.ArgumentParser()
+parser.add_argument("data")
+parser.add_argument("tag")
+parser.add_argument("model", type=json.loads)
+parser.add_argument("seeds", type=lambda s: [int(x) for x in s.split(",")])
+parser.add_argument("out")
+parser.add_argument("--cut-to-variable-genes", type=int, default=None)
+args = parser.parse_args()
+label_key, context_key, symbol_key = trilemma.DATASETS[args.data]
+for seed in args.seeds:
     torch.set_num_threads(1)
-    adata = ad.read_h5ad(Path("../shared/data") / data)
+    adata = ad.read_h5ad(Path("../shared/data") / args.data)
     adata.obs_names_make_unique()
     adata.obs[context_key] = adata.obs[context_key].astype(str)
-    model, b = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, model_kwargs, plan_kwargs)
+    if args.cut_to_variable_genes is not None:
+        adata = adata[:, most_variable_genes(adata.X, args.cut_to_variable_genes)].copy()
+    model, budget = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, args.model, None)
     adata.obsm["X_sctrilemma"] = model.get_latent_representation()
-    adata.layers["rec_sctrilemma"] = model.get_normalized_expression(
-        gene_list=list(adata.var_names), library_size="observed", return_numpy=True
-    )
+    adata.layers["rec_sctrilemma"] = model.get_normalized_expression(library_size="observed", return_numpy=True)
     card = Scorecard(
         adata,
         ["X_sctrilemma"],
@@ -45,12 +56,12 @@ for seed in seeds:
         progress_bar=False,
     )
     card.benchmark()
-    res = card.get_results()
-    row = {"data": data, "tag": tag, "seed": seed, **b, "load": os.getloadavg()[0]}
-    for m in trilemma.HEADLINE:
-        r = res[(res.metric == m) & (res.method == "X_sctrilemma")]
-        if len(r):
-            row[m] = float(r["mean"].iloc[0])
+    results = card.get_results()
+    row = {"data": args.data, "tag": args.tag, "seed": seed, **budget, "load": os.getloadavg()[0]}
+    for metric in trilemma.HEADLINE:
+        value = results[(results.metric == metric) & (results.method == "X_sctrilemma")]
+        if len(value):
+            row[metric] = float(value["mean"].iloc[0])
     print(json.dumps(row), flush=True)
-    with open(out, "a") as f:
+    with open(args.out, "a") as f:
         f.write(json.dumps(row) + "\n")
