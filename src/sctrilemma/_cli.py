@@ -365,8 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-epochs",
         type=positive_int,
         default=None,
-        help="training epochs (default with neither this nor --max-steps: 1,200 steps for the small preset, or one pass over the cells where that is longer; for the "
-        "paper preset scVI's heuristic capped at 50 epochs, i.e. 50 up to 20,000 cells, fewer above)",
+        help="training epochs (default with neither this nor --max-steps: 1,200 steps for the small preset, or one "
+        "pass over the cells where that is longer; for the paper preset scVI's heuristic capped at 50 epochs, i.e. 50 "
+        "up to 20,000 cells, fewer above)",
     )
     train.add_argument(
         "--max-steps", type=positive_int, default=None, help="training steps; overrides --max-epochs (default: unset)"
