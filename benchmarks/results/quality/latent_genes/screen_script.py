@@ -3,7 +3,7 @@
 Run from the repository root::
 
     OMP_NUM_THREADS=1 python benchmarks/results/quality/latent_genes/screen_script.py DATA TAG MODEL_JSON SEEDS OUT
-        [--cut-to-variable-genes N]
+        [--cut-to-variable-genes N] [--plan PLAN_JSON]
 
 ``--cut-to-variable-genes`` trains on the data cut to the package's ``N`` most variable genes (a diagnostic: the
 depth and logFC figures are then over those genes only).
@@ -31,6 +31,7 @@ parser.add_argument("model", type=json.loads)
 parser.add_argument("seeds", type=lambda s: [int(x) for x in s.split(",")])
 parser.add_argument("out")
 parser.add_argument("--cut-to-variable-genes", type=int, default=None)
+parser.add_argument("--plan", type=json.loads, default=None, help="plan_kwargs over the preset's, as JSON")
 args = parser.parse_args()
 label_key, context_key, symbol_key = trilemma.DATASETS[args.data]
 for seed in args.seeds:
@@ -40,7 +41,7 @@ for seed in args.seeds:
     adata.obs[context_key] = adata.obs[context_key].astype(str)
     if args.cut_to_variable_genes is not None:
         adata = adata[:, most_variable_genes(adata.X, args.cut_to_variable_genes)].copy()
-    model, budget = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, args.model, None)
+    model, budget = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, args.model, args.plan)
     adata.obsm["X_sctrilemma"] = model.get_latent_representation()
     adata.layers["rec_sctrilemma"] = model.get_normalized_expression(library_size="observed", return_numpy=True)
     card = Scorecard(
