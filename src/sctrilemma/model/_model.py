@@ -18,7 +18,6 @@ from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma._validation import (
     check_cell_expression,
     check_counts,
-    check_no_empty_cells,
     check_obs_keys,
     check_unique_var_names,
     registered_matrix_name,
@@ -37,11 +36,13 @@ from sctrilemma.model._presets import (
     recipe_trainer_kwargs,
     resolve_preset,
     training_length,
+    weight_averaging_kwargs,
 )
 from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
 from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
 from sctrilemma.model._utils import (
+    check_cells_have_counts,
     count_matrix,
     depth_and_expressed_genes_per_cell,
     gene_names,
@@ -359,6 +360,7 @@ class SCTrilemma(
         datasplitter_kwargs: dict | None = None,
         plan_kwargs: dict | None = None,
         check_memory: bool = True,
+        weight_averaging: bool | None = None,
         **trainer_kwargs,
     ) -> None:
         """Train with the paper's recipe through scvi-tools' trainer.
@@ -368,7 +370,8 @@ class SCTrilemma(
         on CUDA. Cells with fewer than ``min_expressed_genes`` expressed genes are left out of training (they go to the
         test split). The small preset's encoder, and so the embedding, stops after 1,200 steps (``encoder_lr_steps``)
         while a longer run trains the decoder on; its runs end once the validation reconstruction loss has not
-        improved for 10 epochs (``early_stopping=False``: the full length; ``True``: scvi-tools' ``early_stopping_*``).
+        improved for 10 epochs (``early_stopping=False``: the full length; ``True``: scvi-tools' ``early_stopping_*``),
+        and it validates on and keeps an exponential moving average of its weights.
 
         Parameters
         ----------
@@ -393,6 +396,9 @@ class SCTrilemma(
             Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan`; ``lr`` is 2e-4 (paper) or 5e-3 (small).
         check_memory
             Off CUDA, shrink ``batch_size`` to fit the memory available (with a warning) before training.
+        weight_averaging
+            Validate on and keep :class:`~sctrilemma.train.ExponentialWeightAverage` of the weights; ``None``: as the
+            preset (the small preset's recipe, not the paper's).
         **trainer_kwargs
             Passed to :class:`~scvi.train.Trainer` (e.g. ``strategy``, ``num_nodes``).
 
@@ -408,6 +414,7 @@ class SCTrilemma(
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
         batch_size = BATCH_SIZES[self._preset] if batch_size is None else batch_size
         if self.datamodule is not None:
+            trainer_kwargs = weight_averaging_kwargs(self._preset, trainer_kwargs, weight_averaging)
             return self._train_streamed(
                 max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
             )
@@ -431,6 +438,7 @@ class SCTrilemma(
             trainer_kwargs["max_steps"] = max_steps
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
         trainer_kwargs = early_stopping_kwargs(self._preset, trainer_kwargs, np.asarray(splits[1]).size > 0)
+        trainer_kwargs = weight_averaging_kwargs(self._preset, trainer_kwargs, weight_averaging)
         trainer_kwargs.setdefault("log_every_n_steps", min(LOG_EVERY_N_STEPS, steps_per_epoch))
         super().train(
             max_epochs=max_epochs,
@@ -479,15 +487,7 @@ class SCTrilemma(
         )
 
     def _check_cells_have_counts(self, adata: AnnData | MuData, indices: Sequence[int] | None) -> None:
-        manager = self.get_anndata_manager(adata, required=True)
-        if REGISTRY_KEYS.LATENT_QZM_KEY in manager.data_registry:
-            return  # minified data: the encoder does not run, the cached posteriors are used
-        matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
-        names = manager.adata.obs_names
-        if indices is not None:
-            order = np.sort(np.asarray(indices))
-            matrix, names = matrix[order], names[order]
-        check_no_empty_cells(matrix, names, where="the requested data")
+        check_cells_have_counts(self.get_anndata_manager(adata, required=True), indices)
 
 
 def _check_cell_expression(matrix, obs_names, where: str) -> None:

@@ -12,12 +12,14 @@ import torch
 from scvi import REGISTRY_KEYS
 
 from sctrilemma._constants import SCT_REGISTRY_KEYS
-from sctrilemma._validation import cell_statistics, iter_row_chunks, refuse_empty_cells
+from sctrilemma._validation import cell_statistics, check_no_empty_cells, iter_row_chunks, refuse_empty_cells
 from sctrilemma.data._genes import find_symbol_column
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from anndata import AnnData
     from mudata import MuData
     from scvi.data import AnnDataManager
@@ -154,3 +156,15 @@ def training_split(
     n_validation = min(shuffled.size - n_train, math.floor(validation_fraction * shuffled.size))
     rest = np.setdiff1d(np.arange(n_expressed.size), shuffled[: n_train + n_validation])
     return [np.sort(shuffled[:n_train]), np.sort(shuffled[n_train : n_train + n_validation]), rest]
+
+
+def check_cells_have_counts(manager: AnnDataManager, indices: Sequence[int] | None) -> None:
+    """Refuse requested cells (all with ``None``) without counts; minified data, whose posteriors are cached, passes."""
+    if REGISTRY_KEYS.LATENT_QZM_KEY in manager.data_registry:
+        return  # minified data: the encoder does not run
+    matrix = manager.get_from_registry(REGISTRY_KEYS.X_KEY)
+    names = manager.adata.obs_names
+    if indices is not None:
+        order = np.sort(np.asarray(indices))
+        matrix, names = matrix[order], names[order]
+    check_no_empty_cells(matrix, names, where="the requested data")

@@ -1,4 +1,12 @@
 from ._threads import CpuThreadTuner, ThreadChooser, ThreadTunedLoader
 from ._trainingplan import SCTrilemmaTrainingPlan, warmup_cosine
+from ._weight_averaging import ExponentialWeightAverage
 
-__all__ = ["CpuThreadTuner", "SCTrilemmaTrainingPlan", "ThreadChooser", "ThreadTunedLoader", "warmup_cosine"]
+__all__ = [
+    "CpuThreadTuner",
+    "ExponentialWeightAverage",
+    "SCTrilemmaTrainingPlan",
+    "ThreadChooser",
+    "ThreadTunedLoader",
+    "warmup_cosine",
+]

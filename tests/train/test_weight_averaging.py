@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging
+
+from sctrilemma import SCTrilemma
+from sctrilemma.model._presets import weight_averaging_kwargs
+from sctrilemma.train import ExponentialWeightAverage
+
+
+def test_the_average_warms_up_then_decays_and_leaves_counters_to_the_model():
+    average = ExponentialWeightAverage(decay=0.99)
+    weights, counter = torch.zeros(3), torch.tensor(2)
+    average.average([weights, counter], [torch.ones(3), torch.tensor(7)], torch.tensor(0))
+    torch.testing.assert_close(weights, torch.full((3,), 0.9))  # decay (1 + n) / (10 + n) at n = 0
+    assert counter.item() == 7
+    average.average([weights], [torch.full((3,), 2.0)], torch.tensor(1_000))
+    torch.testing.assert_close(weights, torch.full((3,), 0.9 * 0.99 + 2.0 * 0.01))  # the decay's cap
+    with pytest.raises(ValueError, match="decay"):
+        ExponentialWeightAverage(decay=1.0)
+
+
+def test_weight_averaging_follows_the_preset_unless_chosen():
+    (small,) = weight_averaging_kwargs("small", {}, None)["callbacks"]
+    assert isinstance(small, ExponentialWeightAverage)
+    assert small.decay == 0.99
+    assert weight_averaging_kwargs("paper", {}, None) == {}  # the paper's recipe keeps the trained weights
+    assert weight_averaging_kwargs("small", {"max_time": 5}, False) == {"max_time": 5}
+    assert isinstance(weight_averaging_kwargs("paper", {}, True)["callbacks"][0], ExponentialWeightAverage)
+    own = {"callbacks": [EMAWeightAveraging(decay=0.9)]}
+    assert weight_averaging_kwargs("small", own, None) == own
+
+
+class _RecordWeights(Callback):
+    """The count head's weight and the cells seen after every optimiser step."""
+
+    def __init__(self) -> None:
+        self.weights: list[torch.Tensor] = []
+        self.cells = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.weights.append(pl_module.module.decoder.count_head.weight.detach().clone())
+        self.cells += len(batch["X"])
+
+
+def test_training_ends_with_the_warmed_average_of_every_steps_weights(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", **tiny)
+    record = _RecordWeights()
+    model.train(max_steps=8, batch_size=32, early_stopping=False, enable_progress_bar=False, callbacks=[record])
+    expected = record.weights[0]
+    for n, weights in enumerate(record.weights[1:], start=1):  # n earlier updates
+        rate = min(0.99, (1 + n) / (10 + n))
+        expected = rate * expected + (1 - rate) * weights
+    final = model.module.decoder.count_head.weight.detach()
+    torch.testing.assert_close(final, expected)
+    assert not torch.allclose(final, record.weights[-1])
+    # The gene detection counts every training cell once: counters are the model's, not averaged.
+    assert int(model.module.gene_detection.n_cells) == record.cells
+    # The embedding is that of the averaged weights, whichever path computes it.
+    saved = model.get_latent_representation()
+    model.module.train()
+    model.module.eval()
+    torch.testing.assert_close(torch.as_tensor(model.get_latent_representation()), torch.as_tensor(saved))
+
+
+def test_a_run_can_keep_the_trained_weights(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", **tiny)
+    record = _RecordWeights()
+    model.train(
+        max_steps=4,
+        batch_size=32,
+        early_stopping=False,
+        enable_progress_bar=False,
+        callbacks=[record],
+        weight_averaging=False,
+    )
+    torch.testing.assert_close(model.module.decoder.count_head.weight.detach(), record.weights[-1])
