@@ -9,6 +9,8 @@ scored, so the budget counts training only. Checkpoints are wall-clock seconds (
 the budget), so that two models run side by side are scored at the same training times; ``--steps`` scores at
 global steps instead (for load-independent comparisons of settings). For SCTrilemma the PCA of all ``K`` token
 means is scored too (``tok_`` columns), a diagnostic of the mean pooling.
+Where the model keeps an average of its weights (the small preset), a checkpoint scores the average, which is what
+a run ending there would keep.
 ``--train-cells N`` trains on N cells that hold the scored ones, to tell whether a change with length follows the
 steps or the passes over the data.
 
@@ -35,7 +37,7 @@ import anndata as ad
 import numpy as np
 import scvi
 import torch
-from lightning.pytorch.callbacks import Callback, Timer
+from lightning.pytorch.callbacks import Callback, Timer, WeightAveraging
 from sklearn.decomposition import PCA
 from trilemma import DATASETS
 
@@ -86,11 +88,17 @@ class Checkpoints(Callback):
 
     def record(self, trainer, pl_module) -> None:
         began = time.perf_counter()
+        # Score the weights a run ending here would keep: a weight average's, swapped in as for validation.
+        averages = [c for c in trainer.callbacks if isinstance(c, WeightAveraging)]
+        for average in averages:
+            average.on_validation_epoch_start(trainer, pl_module)
         pl_module.module.eval()
         self.model.is_trained_ = True  # scvi-tools refuses latents until fit ends; these are mid-training ones
         row = {"step": trainer.global_step, "epoch": trainer.current_epoch, "train_s": began - self.start - self.paused}
         row.update(self.evaluate())
         row.update(self.heldout_loss(trainer))
+        for average in averages:
+            average.on_validation_epoch_end(trainer, pl_module)
         pl_module.module.train()
         self.model.is_trained_ = False
         self.rows.append(row)
