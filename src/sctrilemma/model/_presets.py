@@ -43,7 +43,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
     # 40-100 % of each cell's depth in training and to the training cells' 10th-percentile depth for embedding, the
     # encoder reading the 4,000 most variable genes where there are more and, on many genes, gene embeddings that
     # start from the data, on fewer the decoder's own gene offsets; its training keeps an average of the weights
-    # (WEIGHT_AVERAGE_DECAY; docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
+    # (WEIGHT_AVERAGING; docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,
         "n_latent_tokens": 16,
@@ -116,24 +116,24 @@ def early_stopping_kwargs(preset: str, trainer_kwargs: dict, has_validation_cell
     }
 
 
-# The small preset validates on, and ends training with, an exponential moving average of its weights (decay 0.99,
-# about the last hundred steps): its learning rate stays high to the end of short runs, and small data sets stop
-# early, so the weights at any one step carry that step's noise (benchmarks/results/quality/NOTES.md). The paper's
-# recipe uses the weights as trained.
-WEIGHT_AVERAGE_DECAY: dict[str, float | None] = {"paper": None, "small": 0.99}
+# The small preset validates on, and ends training with, an exponential moving average of its weights
+# (ExponentialWeightAverage: about the last hundred steps): its learning rate stays high to the end of short runs, and
+# small data sets stop early, so the weights at any one step carry that step's noise
+# (benchmarks/results/quality/NOTES.md). The paper's recipe uses the weights as trained.
+WEIGHT_AVERAGING: dict[str, bool] = {"paper": False, "small": True}
 
 
 def weight_averaging_kwargs(preset: str, trainer_kwargs: dict, weight_averaging: bool | None) -> dict:
     """``trainer_kwargs`` with an :class:`~sctrilemma.train.ExponentialWeightAverage` of the weights where wanted.
 
-    ``weight_averaging`` ``None`` follows the preset; ``True`` averages at decay 0.99 with either preset. A
+    ``weight_averaging`` ``None`` follows the preset; ``True`` averages with either preset. A
     :class:`~lightning.pytorch.callbacks.WeightAveraging` among the user's callbacks is kept instead.
     """
-    decay = WEIGHT_AVERAGE_DECAY[preset] if weight_averaging is None else (0.99 if weight_averaging else None)
+    wanted = WEIGHT_AVERAGING[preset] if weight_averaging is None else weight_averaging
     callbacks = list(trainer_kwargs.get("callbacks") or [])
-    if decay is None or any(isinstance(c, WeightAveraging) for c in callbacks):
+    if not wanted or any(isinstance(c, WeightAveraging) for c in callbacks):
         return trainer_kwargs
-    return {**trainer_kwargs, "callbacks": [*callbacks, ExponentialWeightAverage(decay)]}
+    return {**trainer_kwargs, "callbacks": [*callbacks, ExponentialWeightAverage()]}
 
 
 # Cells per step when ``train(batch_size=None)``: the paper's 256 per GPU; the small preset takes more, cheaper
