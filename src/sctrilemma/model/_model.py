@@ -413,8 +413,8 @@ class SCTrilemma(
             return None
         plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
         batch_size = BATCH_SIZES[self._preset] if batch_size is None else batch_size
+        trainer_kwargs = weight_averaging_kwargs(self._preset, trainer_kwargs, weight_averaging)
         if self.datamodule is not None:
-            trainer_kwargs = weight_averaging_kwargs(self._preset, trainer_kwargs, weight_averaging)
             return self._train_streamed(
                 max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
             )
@@ -438,7 +438,6 @@ class SCTrilemma(
             trainer_kwargs["max_steps"] = max_steps
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
         trainer_kwargs = early_stopping_kwargs(self._preset, trainer_kwargs, np.asarray(splits[1]).size > 0)
-        trainer_kwargs = weight_averaging_kwargs(self._preset, trainer_kwargs, weight_averaging)
         trainer_kwargs.setdefault("log_every_n_steps", min(LOG_EVERY_N_STEPS, steps_per_epoch))
         super().train(
             max_epochs=max_epochs,
