@@ -6,7 +6,7 @@ from lightning.pytorch.callbacks import Callback, EMAWeightAveraging
 
 from sctrilemma import SCTrilemma
 from sctrilemma.model._presets import weight_averaging_kwargs
-from sctrilemma.train import ExponentialWeightAverage
+from sctrilemma.train import ExponentialWeightAverage, SCTrilemmaTrainingPlan
 
 
 def test_the_average_warms_up_then_decays_and_leaves_counters_to_the_model():
@@ -78,3 +78,21 @@ def test_a_run_can_keep_the_trained_weights(small_adata, tiny):
         weight_averaging=False,
     )
     torch.testing.assert_close(model.module.decoder.count_head.weight.detach(), record.weights[-1])
+
+
+def test_weights_copied_in_by_a_callback_are_the_ones_evaluated(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", **tiny)
+    model.train(max_steps=4, batch_size=32, early_stopping=False, enable_progress_bar=False)
+    model.get_latent_representation()  # prepares the evaluation blocks
+    with torch.no_grad():
+        for parameter in model.module.encoder.blocks.parameters():  # as WeightAveraging swaps: no version bump
+            parameter.data.copy_(parameter.data * 1.05)
+    unannounced = torch.as_tensor(model.get_latent_representation())
+    SCTrilemmaTrainingPlan(model.module).on_validation_epoch_start()
+    swapped = torch.as_tensor(model.get_latent_representation())
+    model.module.train()
+    model.module.eval()
+    rebuilt = torch.as_tensor(model.get_latent_representation())
+    torch.testing.assert_close(swapped, rebuilt)
+    assert not torch.allclose(unannounced, rebuilt, atol=1e-4)  # the blocks prepared from the old weights

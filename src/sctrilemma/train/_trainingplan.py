@@ -9,6 +9,8 @@ from lightning.pytorch.callbacks import Callback, Timer
 from scvi.train import TrainingPlan
 from torch.optim.lr_scheduler import LambdaLR
 
+from sctrilemma.nn._attention import PreparedCache
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
@@ -187,9 +189,20 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
                     parameter.requires_grad_(False)
         return super().on_train_batch_start(batch, batch_idx)
 
+    def on_validation_epoch_start(self) -> None:
+        """Evaluate the weights now in the model, which a weight-averaging callback may have just swapped in."""
+        forget_prepared_blocks(self.module)
+        super().on_validation_epoch_start()
+
+    def on_validation_epoch_end(self) -> None:
+        """Forget the validated weights' prepared blocks: a weight-averaging callback swaps the trained ones back."""
+        forget_prepared_blocks(self.module)
+        super().on_validation_epoch_end()
+
     def on_train_end(self) -> None:
-        """Give the encoder's parameters back their ``requires_grad``."""
+        """Give the encoder's parameters back their ``requires_grad``; forget blocks prepared from earlier weights."""
         self._unfreeze_encoder()
+        forget_prepared_blocks(self.module)
         super().on_train_end()
 
     def configure_callbacks(self) -> list[Callback]:
@@ -203,6 +216,19 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         if self._encoder_norm_momentum is not None:
             self.module.encoder.posterior_norm.momentum = self._encoder_norm_momentum
             self._encoder_norm_momentum = None
+
+
+def forget_prepared_blocks(module: torch.nn.Module) -> None:
+    """Drop every block prepared for evaluation in ``module``, so the next evaluation rebuilds them from its weights.
+
+    The prepared blocks are rebuilt when a weight's storage or version changes. Callbacks that copy weights in through
+    ``.data`` (Lightning's :class:`~lightning.pytorch.callbacks.WeightAveraging`) change neither, so the plan calls
+    this after them.
+    """
+    for submodule in module.modules():
+        for value in vars(submodule).values():
+            if isinstance(value, PreparedCache):
+                value.clear()
 
 
 class _GiveBackEncoderOnException(Callback):
