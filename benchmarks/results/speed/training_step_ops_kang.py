@@ -2,13 +2,20 @@
 
 Run from the repository root: ``python benchmarks/results/speed/training_step_ops_kang.py``.
 """
-import sys, time, warnings
-sys.path.insert(0, "benchmarks")  # training_throughput._load
-warnings.filterwarnings("ignore")
+
+import sys
+import time
+import warnings
+
 import torch
-from scvi import REGISTRY_KEYS
-import sctrilemma
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, "benchmarks")
 from training_throughput import _load
+
+import sctrilemma
+
+warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
 adata = _load("kang")
 sctrilemma.SCTrilemma.setup_anndata(adata)
@@ -18,16 +25,22 @@ torch.set_num_threads(1)
 module = model.module.train()
 optimizer = model.trainer.optimizers[0]
 batch = next(iter(model._make_data_loader(adata=adata, batch_size=64, shuffle=True)))
-def step():
+
+
+def step() -> None:
     _, _, loss = module(batch, loss_kwargs={"kl_weight": 5e-4})
     optimizer.zero_grad()
     loss.loss.backward()
     optimizer.step()
-for _ in range(5): step()
-t=time.perf_counter()
-for _ in range(20): step()
-print("s/step", (time.perf_counter()-t)/20)
-from torch.profiler import profile, ProfilerActivity
+
+
+for _ in range(5):
+    step()
+start = time.perf_counter()
+for _ in range(20):
+    step()
+print("s/step", (time.perf_counter() - start) / 20)
 with profile(activities=[ProfilerActivity.CPU]) as prof:
-    for _ in range(10): step()
+    for _ in range(10):
+        step()
 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=35))

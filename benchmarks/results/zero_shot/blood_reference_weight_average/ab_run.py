@@ -1,4 +1,5 @@
 """Scratch: the blood reference script with the weight average on or off (A/B), any seed."""
+
 import runpy
 import sys
 
