@@ -17,6 +17,7 @@ cellxgene_census = pytest.importorskip("cellxgene_census")
 
 from sctrilemma import SCTrilemma  # noqa: E402
 from sctrilemma.data import CENSUS_OBS_FILTER, build_example_census, load_example  # noqa: E402
+from sctrilemma.data._census import example_census_anndata  # noqa: E402
 
 DDP_SCRIPT = Path(__file__).with_name("_ddp_census_script.py")
 # A guard against a hung process group only: two cold processes each import torch and scvi-tools (about a minute on a
@@ -64,6 +65,10 @@ def test_census_reference_saves_loads_and_embeds_in_memory_data(
     joinids, streamed = census_model.get_latent_representation_soma(str(census_dir))
     np.testing.assert_array_equal(joinids, obs["soma_joinid"].to_numpy())
     query = load_example()[obs["obs_id"].to_numpy()].copy()
+    # the same dataset-donor groups as the source: the embedding is centred on each group's prior mean
+    query.obs[["dataset_id", "donor_id"]] = example_census_anndata().obs.loc[
+        query.obs_names, ["dataset_id", "donor_id"]
+    ]
     loaded = SCTrilemma.load_query_data(query, tmp_path / "reference")
     in_memory = loaded.get_latent_representation()
     assert in_memory.shape == (obs.shape[0], tiny_sizes["n_hidden"])

@@ -200,11 +200,20 @@ class CensusMixin:
                 "order. For other genes read the cells with `cellxgene_census.get_anndata` and embed them with "
                 "`SCTrilemma.load_query_data`."
             )
+        centred = self.module.embedding_centred_on_prior and self.module.prior is not None
+        if centred:  # the prior means of this source's dataset-donor groups
+            keys, stride, profiles = group_codes(
+                datamodule.pseudobulk(), datamodule.dataset_categories, datamodule.donor_categories
+            )
+            self._set_module_codes(self._codes_of_profiles(profiles), keys, stride)
         self.module.eval()
         joinids, latents = [], []
         for tensors in datamodule.inference_dataloader(batch_size=batch_size):
             outputs = self.module.inference(**self.module._get_inference_input(tensors))
-            latents.append(outputs["qz"].loc.float().cpu().numpy())
+            latent = outputs["qz"].loc.float()
+            if centred:
+                latent = latent - self.module.prior_parameters(tensors)[0].squeeze(-2).float()
+            latents.append(latent.cpu().numpy())
             joinids.append(tensors["soma_joinid"].numpy())
         if not latents:
             return np.zeros(0, dtype=np.int64), np.zeros((0, self.module.n_hidden), dtype=np.float32)

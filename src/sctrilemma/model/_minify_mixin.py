@@ -31,6 +31,8 @@ class MinifyMixin:
 
     _LATENT_QZM_KEY = "sctrilemma_latent_qzm"
     _LATENT_QZV_KEY = "sctrilemma_latent_qzv"
+    # each cell's pseudo-bulk code, for an embedding centred on the prior (data without counts cannot give it)
+    _PSEUDOBULK_CODES_KEY = "sctrilemma_pseudobulk_codes"
 
     def _set_adata(self, adata: AnnData | MuData) -> None:
         BaseModelClass.adata.fset(self, adata)
@@ -106,6 +108,8 @@ class MinifyMixin:
         minified.obsm[self._LATENT_QZM_KEY] = qzm
         minified.obsm[self._LATENT_QZV_KEY] = qzv
         minified.obs[self._OBSERVED_LIB_SIZE_KEY] = library
+        if self.module.embedding_centred_on_prior and self.module.prior is not None:
+            minified.obsm[self._PSEUDOBULK_CODES_KEY] = self._cell_codes(self.adata)
         self._update_adata_and_manager_post_minification(minified, minified_data_type)
 
     def _token_posteriors(self, qzm_key: str, qzv_key: str) -> tuple[np.ndarray, np.ndarray]:

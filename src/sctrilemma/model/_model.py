@@ -462,7 +462,8 @@ class SCTrilemma(
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Cell embeddings ``r`` (mean over ``K`` of the posterior mean tokens), ``(n_obs, n_hidden)``.
 
-        Encoder only: it reads each cell's top-``crop_size`` expressed genes, at one depth in the small preset.
+        Encoder only: it reads each cell's top-``crop_size`` expressed genes, at one depth in the small preset, which
+        also reports ``r`` minus the PB-Cond prior mean of the cell's dataset-donor group (``embedding_centred_on_prior``).
         ``return_dist=True`` returns the mean and variance of the pooled posterior (see
         :meth:`~sctrilemma.module.SCTrilemmaModule.pooled_posterior`). In evaluation mode ``z``
         is the posterior mean, so ``give_mean=False`` gives the same embedding.
@@ -475,15 +476,9 @@ class SCTrilemma(
         if dataloader is None:
             adata = self._validate_anndata(adata)
             self._check_cells_have_counts(adata, indices)
-        return super().get_latent_representation(
-            adata=adata,
-            indices=indices,
-            give_mean=give_mean,
-            mc_samples=mc_samples,
-            batch_size=batch_size,
-            return_dist=return_dist,
-            dataloader=dataloader,
-        )
+        get_latent = super().get_latent_representation
+        kwargs = {"give_mean": give_mean, "mc_samples": mc_samples, "return_dist": return_dist}
+        return self._centred_on_prior(get_latent, adata, indices, batch_size, dataloader, **kwargs)
 
     def _check_cells_have_counts(self, adata: AnnData | MuData, indices: Sequence[int] | None) -> None:
         check_cells_have_counts(self.get_anndata_manager(adata, required=True), indices)

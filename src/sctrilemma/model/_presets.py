@@ -36,6 +36,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "min_depth_fraction": 1.0,
         "embedding_depth_quantile": None,
         "encoder_genes": None,
+        "embedding_centred_on_prior": False,
     },
     # Same architecture, sized to train on a laptop CPU in minutes, with a recipe for short runs: one attention head
     # (the attention's cost grows with the heads), many decoupled, weighted decoder targets with a narrow
@@ -60,6 +61,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
         "min_depth_fraction": 0.4,
         "embedding_depth_quantile": 0.1,
         "encoder_genes": 4000,
+        "embedding_centred_on_prior": True,
     },
 }
 

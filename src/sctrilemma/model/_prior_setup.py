@@ -16,6 +16,9 @@ from sctrilemma.model._minify_mixin import holds_counts
 from sctrilemma.module._prior import gaussian_kl
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
+
     from anndata import AnnData
     from scvi.data import AnnDataManager
 
@@ -95,10 +98,54 @@ class PriorSetupMixin:
         if self.module.prior is None:
             return
         manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
-        if not holds_counts(manager):
-            return  # minified data: the callers (ELBO, reconstruction, marginal LL, training) refuse it
-        codes, keys, stride, _ = self._codes(manager)
-        self._set_module_codes(codes, keys, stride)
+        if holds_counts(manager):
+            codes, keys, stride, _ = self._codes(manager)
+            self._set_module_codes(codes, keys, stride)
+        elif self._PSEUDOBULK_CODES_KEY in manager.adata.obsm:  # cached by minify_adata for the embedding
+            group, keys, stride, _ = self._groups(manager)
+            first_cell = np.unique(group, return_index=True)[1]
+            self._set_module_codes(np.asarray(manager.adata.obsm[self._PSEUDOBULK_CODES_KEY])[first_cell], keys, stride)
+        # other minified data: the callers that need codes (ELBO, reconstruction, marginal LL, training) refuse it
+
+    def _cell_codes(self, adata: AnnData | None) -> np.ndarray:
+        """Each cell's pseudo-bulk code ``(n_obs, M)``, that of its dataset-donor group."""
+        self._prepare_prior(adata)
+        manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
+        keys = (SCT_REGISTRY_KEYS.DATASET_KEY, SCT_REGISTRY_KEYS.DONOR_KEY)
+        tensors = {key: torch.as_tensor(np.asarray(manager.get_from_registry(key)).ravel()) for key in keys}
+        return self.module.prior.group_codes_for(tensors).cpu().numpy()
+
+    def _centred_on_prior(
+        self,
+        get_latent: Callable[..., Any],
+        adata: AnnData | None,
+        indices: Sequence[int] | None,
+        batch_size: int | None,
+        dataloader: Iterable[dict[str, torch.Tensor]] | None,
+        **kwargs: Any,
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """``get_latent``'s embedding, minus each cell's PB-Cond prior mean where the module centres it.
+
+        The prior means are read from the same batches as the embedding, so any data loader works.
+        """
+        if not self.module.embedding_centred_on_prior or self.module.prior is None:
+            return get_latent(adata=adata, indices=indices, batch_size=batch_size, dataloader=dataloader, **kwargs)
+        self._check_if_trained(warn=False)
+        if dataloader is None:
+            self._prepare_prior(adata)
+            dataloader = self._make_data_loader(adata=adata, indices=indices, batch_size=batch_size)
+        means: list[torch.Tensor] = []
+
+        def recording(loader):
+            for tensors in loader:
+                means.append(self.module.prior_parameters(tensors)[0].squeeze(-2).float().cpu())
+                yield tensors
+
+        latent = get_latent(adata=None, indices=None, batch_size=None, dataloader=recording(dataloader), **kwargs)
+        shift = torch.cat(means).numpy() if means else 0.0
+        if isinstance(latent, tuple):  # return_dist: the mean moves, the variance does not
+            return latent[0] - shift, latent[1]
+        return latent - shift
 
     def get_pseudobulk_codes(self, adata: AnnData | None = None) -> pd.DataFrame:
         """Soft PB-Cond codes of the data's dataset-donor groups.

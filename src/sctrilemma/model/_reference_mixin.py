@@ -137,6 +137,7 @@ class ReferenceMixin:
         registry["field_registries"] = defaultdict(dict, registry["field_registries"])
         config = metadata["config"]
         kwargs = {k: v for group in config.get("kwargs", {}).values() for k, v in group.items()}
+        kwargs.setdefault("embedding_centred_on_prior", False)  # saved before the setting: embed as they did
         model = cls(None, registry=registry, **config["non_kwargs"], **kwargs)
         model.module.load_state_dict(module_state)
         model.gene_names_ = np.asarray(metadata["genes"], dtype=object)

@@ -107,6 +107,9 @@ class SCTrilemmaModule(
         trains the offsets only, so the table the encoder reads does not learn each gene's level from the decoder,
         which is what let a short run's encoder read sequencing depth. ``"auto"``: ``True`` where the gene
         embeddings start at random (``gene_embedding_init`` resolves to ``"normal"``).
+    embedding_centred_on_prior
+        ``False`` (the paper): the embedding is the pooled posterior mean. ``True`` (with PB-Cond): the model reports
+        it minus the cell's prior mean, that of its dataset-donor group (:meth:`prior_parameters`).
 
     Notes
     -----
@@ -147,6 +150,7 @@ class SCTrilemmaModule(
         gene_embedding_init: GeneEmbeddingInit = "normal",
         decoder_gene_offset: bool | Literal["auto"] = False,
         encoder_genes: int | None = None,
+        embedding_centred_on_prior: bool = False,
     ) -> None:
         super().__init__()
         if prior not in ("pseudobulk", "normal"):
@@ -186,6 +190,7 @@ class SCTrilemmaModule(
         # The depth cells are thinned to outside training; 0 until fitted, and in models saved without it.
         self.register_buffer("embedding_depth", torch.zeros(()))
         self.encoder_genes = encoder_genes
+        self.embedding_centred_on_prior = bool(embedding_centred_on_prior)
         # The genes the encoder's crop may take; all until fitted, and in models saved without it.
         self.register_buffer("encoder_gene_mask", torch.ones(n_input, dtype=torch.bool))
         self.register_load_state_dict_pre_hook(_default_buffers)
