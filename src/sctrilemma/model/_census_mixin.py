@@ -130,9 +130,7 @@ class CensusMixin:
                 "out: sctrilemma's posterior BatchNorm already all-reduces its batch statistics across DDP ranks."
             )
         if self.module.prior is not None:
-            table = datamodule.pseudobulk()
-            keys, stride, profiles = group_codes(table, datamodule.dataset_categories, datamodule.donor_categories)
-            self._set_module_codes(self._codes_of_profiles(profiles), keys, stride)
+            self._set_source_codes(datamodule)
         max_epochs, max_steps = training_length(self._preset, datamodule.n_obs, max_epochs, max_steps)
         if max_steps is not None:
             trainer_kwargs["max_steps"] = max_steps
@@ -149,6 +147,12 @@ class CensusMixin:
             plan_kwargs=plan_kwargs,
             **trainer_kwargs,
         )
+
+    def _set_source_codes(self, datamodule: SomaDataModule) -> None:
+        """Give the module the PB-Cond codes of a SOMA source's dataset-donor groups (one streamed pass)."""
+        table = datamodule.pseudobulk()
+        keys, stride, profiles = group_codes(table, datamodule.dataset_categories, datamodule.donor_categories)
+        self._set_module_codes(self._codes_of_profiles(profiles), keys, stride)
 
     @torch.inference_mode()
     def get_latent_representation_soma(
@@ -200,19 +204,16 @@ class CensusMixin:
                 "order. For other genes read the cells with `cellxgene_census.get_anndata` and embed them with "
                 "`SCTrilemma.load_query_data`."
             )
-        centred = self.module.embedding_centred_on_prior and self.module.prior is not None
+        centred = self._centres_embedding()
         if centred:  # the prior means of this source's dataset-donor groups
-            keys, stride, profiles = group_codes(
-                datamodule.pseudobulk(), datamodule.dataset_categories, datamodule.donor_categories
-            )
-            self._set_module_codes(self._codes_of_profiles(profiles), keys, stride)
+            self._set_source_codes(datamodule)
         self.module.eval()
         joinids, latents = [], []
         for tensors in datamodule.inference_dataloader(batch_size=batch_size):
             outputs = self.module.inference(**self.module._get_inference_input(tensors))
             latent = outputs["qz"].loc.float()
             if centred:
-                latent = latent - self.module.prior_parameters(tensors)[0].squeeze(-2).float()
+                latent = latent - self._prior_means(tensors)
             latents.append(latent.cpu().numpy())
             joinids.append(tensors["soma_joinid"].numpy())
         if not latents:

@@ -108,7 +108,7 @@ class MinifyMixin:
         minified.obsm[self._LATENT_QZM_KEY] = qzm
         minified.obsm[self._LATENT_QZV_KEY] = qzv
         minified.obs[self._OBSERVED_LIB_SIZE_KEY] = library
-        if self.module.embedding_centred_on_prior and self.module.prior is not None:
+        if self._centres_embedding():
             minified.obsm[self._PSEUDOBULK_CODES_KEY] = self._cell_codes(self.adata)
         self._update_adata_and_manager_post_minification(minified, minified_data_type)
 

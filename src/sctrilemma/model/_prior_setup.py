@@ -115,6 +115,14 @@ class PriorSetupMixin:
         tensors = {key: torch.as_tensor(np.asarray(manager.get_from_registry(key)).ravel()) for key in keys}
         return self.module.prior.group_codes_for(tensors).cpu().numpy()
 
+    def _centres_embedding(self) -> bool:
+        """Whether the embedding is reported relative to each cell's PB-Cond prior mean."""
+        return self.module.embedding_centred_on_prior and self.module.prior is not None
+
+    def _prior_means(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The PB-Cond prior means ``(batch, n_hidden)`` of the cells in ``tensors``, in fp32."""
+        return self.module.prior_parameters(tensors)[0].squeeze(-2).float()
+
     def _centred_on_prior(
         self,
         get_latent: Callable[..., Any],
@@ -128,7 +136,7 @@ class PriorSetupMixin:
 
         The prior means are read from the same batches as the embedding, so any data loader works.
         """
-        if not self.module.embedding_centred_on_prior or self.module.prior is None:
+        if not self._centres_embedding():
             return get_latent(adata=adata, indices=indices, batch_size=batch_size, dataloader=dataloader, **kwargs)
         self._check_if_trained(warn=False)
         if dataloader is None:
@@ -138,7 +146,7 @@ class PriorSetupMixin:
 
         def recording(loader):
             for tensors in loader:
-                means.append(self.module.prior_parameters(tensors)[0].squeeze(-2).float().cpu())
+                means.append(self._prior_means(tensors).cpu())
                 yield tensors
 
         latent = get_latent(adata=None, indices=None, batch_size=None, dataloader=recording(dataloader), **kwargs)
