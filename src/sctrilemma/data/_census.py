@@ -280,8 +280,8 @@ def cached_pseudobulk(cache_file: Path, compute) -> PseudobulkTable:
 
 def group_codes(
     table: PseudobulkTable, dataset_categories: np.ndarray, donor_categories: np.ndarray
-) -> tuple[np.ndarray, int, np.ndarray]:
-    """Group keys ``dataset_code * stride + donor_code`` (sorted) and the matching profiles, as the model uses them."""
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """Group keys ``dataset_code * stride + donor_code`` (sorted), the stride, and the matching profiles and sizes."""
     dataset_code = pd.Index(dataset_categories).get_indexer(table.datasets)
     donor_code = pd.Index(donor_categories).get_indexer(table.donors)
     if (dataset_code < 0).any() or (donor_code < 0).any():
@@ -289,4 +289,4 @@ def group_codes(
     stride = len(donor_categories)
     keys = dataset_code.astype(np.int64) * stride + donor_code
     order = np.argsort(keys)
-    return keys[order], stride, table.profiles[order]
+    return keys[order], stride, table.profiles[order], np.asarray(table.n_cells)[order]

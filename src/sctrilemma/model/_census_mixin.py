@@ -151,8 +151,8 @@ class CensusMixin:
     def _set_source_codes(self, datamodule: SomaDataModule) -> None:
         """Give the module the PB-Cond codes of a SOMA source's dataset-donor groups (one streamed pass)."""
         table = datamodule.pseudobulk()
-        keys, stride, profiles = group_codes(table, datamodule.dataset_categories, datamodule.donor_categories)
-        self._set_module_codes(self._codes_of_profiles(profiles), keys, stride)
+        keys, stride, profiles, n_cells = group_codes(table, datamodule.dataset_categories, datamodule.donor_categories)
+        self._set_module_codes(self._codes_of_profiles(profiles), keys, stride, n_cells)
 
     @torch.inference_mode()
     def get_latent_representation_soma(
@@ -205,15 +205,16 @@ class CensusMixin:
                 "`SCTrilemma.load_query_data`."
             )
         centred = self._centres_embedding()
-        if centred:  # the prior means of this source's dataset-donor groups
+        if centred:  # the prior means of this source's datasets
             self._set_source_codes(datamodule)
+            shift_of = self._embedding_shifts()
         self.module.eval()
         joinids, latents = [], []
         for tensors in datamodule.inference_dataloader(batch_size=batch_size):
             outputs = self.module.inference(**self.module._get_inference_input(tensors))
             latent = outputs["qz"].loc.float()
             if centred:
-                latent = latent - self._prior_means(tensors)
+                latent = latent - shift_of(tensors)
             latents.append(latent.cpu().numpy())
             joinids.append(tensors["soma_joinid"].numpy())
         if not latents:

@@ -463,8 +463,9 @@ class SCTrilemma(
         """Cell embeddings ``r`` (mean over ``K`` of the posterior mean tokens), ``(n_obs, n_hidden)``.
 
         Encoder only: it reads each cell's top-``crop_size`` expressed genes, at one depth in the small preset, which
-        also reports ``r`` minus the PB-Cond prior mean of the cell's dataset-donor group (``embedding_centred_on_prior``),
-        whose code comes from the pseudo-bulk of the group's cells in ``adata``: embed a donor's cells together.
+        also reports ``r`` minus the PB-Cond prior mean of the cell's dataset (``embedding_centred_on_prior``): the
+        mean over the dataset's cells in ``adata`` of their dataset-donor group's prior mean. Embed a dataset's cells
+        together; within a dataset, distances are those of ``r``.
         ``return_dist=True`` returns the mean and variance of the pooled posterior (see
         :meth:`~sctrilemma.module.SCTrilemmaModule.pooled_posterior`). In evaluation mode ``z``
         is the posterior mean, so ``give_mean=False`` gives the same embedding.

@@ -44,7 +44,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
     # 40-100 % of each cell's depth in training and to the training cells' 10th-percentile depth for embedding, the
     # encoder reading the 4,000 most variable genes where there are more and, on many genes, gene embeddings that
     # start from the data, on fewer the decoder's own gene offsets; it reports each cell's embedding relative to its
-    # group's PB-Cond prior mean, and its training keeps an average of the weights
+    # dataset's mean PB-Cond prior mean, and its training keeps an average of the weights
     # (WEIGHT_AVERAGING; docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
     "small": {
         "n_hidden": 64,

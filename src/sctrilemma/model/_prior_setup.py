@@ -86,12 +86,14 @@ class PriorSetupMixin:
             codes = codes[np.random.default_rng(SHUFFLE_SEED).permutation(codes.shape[0])]
         return codes
 
-    def _set_module_codes(self, codes: np.ndarray, keys: np.ndarray, stride: int) -> None:
+    def _set_module_codes(self, codes: np.ndarray, keys: np.ndarray, stride: int, n_cells: np.ndarray) -> None:
         width = self.module.prior.to_mean.in_features
         # With fewer groups than M the codebook has fewer centroids; pad the code with zeros.
         padded = np.zeros((codes.shape[0], width), dtype=np.float32)
         padded[:, : codes.shape[1]] = codes
-        self.module.prior.set_group_codes(torch.as_tensor(keys), torch.as_tensor(padded), stride)
+        self.module.prior.set_group_codes(
+            torch.as_tensor(keys), torch.as_tensor(padded), stride, torch.as_tensor(n_cells, dtype=torch.float32)
+        )
 
     def _prepare_prior(self, adata: AnnData | None) -> None:
         """Give the module the codes of ``adata``'s groups (no-op for the standard-normal prior)."""
@@ -100,11 +102,13 @@ class PriorSetupMixin:
         manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
         if holds_counts(manager):
             codes, keys, stride, _ = self._codes(manager)
-            self._set_module_codes(codes, keys, stride)
+            n_cells = np.bincount(self._groups(manager)[0], minlength=len(keys))
+            self._set_module_codes(codes, keys, stride, n_cells)
         elif self._PSEUDOBULK_CODES_KEY in manager.adata.obsm:  # cached by minify_adata for the embedding
             group, keys, stride, _ = self._groups(manager)
             first_cell = np.unique(group, return_index=True)[1]
-            self._set_module_codes(np.asarray(manager.adata.obsm[self._PSEUDOBULK_CODES_KEY])[first_cell], keys, stride)
+            codes = np.asarray(manager.adata.obsm[self._PSEUDOBULK_CODES_KEY])[first_cell]
+            self._set_module_codes(codes, keys, stride, np.bincount(group, minlength=len(keys)))
         # other minified data: the callers that need codes (ELBO, reconstruction, marginal LL, training) refuse it
 
     def _cell_codes(self, adata: AnnData | None) -> np.ndarray:
@@ -116,12 +120,18 @@ class PriorSetupMixin:
         return self.module.prior.group_codes_for(tensors).cpu().numpy()
 
     def _centres_embedding(self) -> bool:
-        """Whether the embedding is reported relative to each cell's PB-Cond prior mean."""
+        """Whether the embedding is reported relative to the PB-Cond prior mean of each cell's dataset."""
         return self.module.embedding_centred_on_prior and self.module.prior is not None
 
-    def _prior_means(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The PB-Cond prior means ``(batch, n_hidden)`` of the cells in ``tensors``, in fp32."""
-        return self.module.prior_parameters(tensors)[0].squeeze(-2).float()
+    def _embedding_shifts(self) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+        """A map from a batch's ``tensors`` to what its cells' embeddings are reported relative to, ``(batch, d)``.
+
+        The mean PB-Cond prior mean of each cell's dataset, over the groups of the codes set last (fp32).
+        """
+        prior = self.module.prior
+        with torch.no_grad():
+            dataset_means = prior.dataset_means().float()
+        return lambda tensors: dataset_means[prior.group_rows_for(tensors)]
 
     def _centred_on_prior(
         self,
@@ -132,9 +142,10 @@ class PriorSetupMixin:
         dataloader: Iterable[dict[str, torch.Tensor]] | None,
         **kwargs: Any,
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """``get_latent``'s embedding, minus each cell's PB-Cond prior mean where the module centres it.
+        """``get_latent``'s embedding, minus the mean prior mean of each cell's dataset where the module centres it.
 
-        The prior means are read from the same batches as the embedding, so any data loader works.
+        The dataset's mean weighs its dataset-donor groups by their cells in ``adata`` (for a ``dataloader``, in the
+        data whose codes were set last), so a subset of cells (``indices``) is embedded as within all of them.
         """
         if not self._centres_embedding():
             return get_latent(adata=adata, indices=indices, batch_size=batch_size, dataloader=dataloader, **kwargs)
@@ -142,15 +153,16 @@ class PriorSetupMixin:
         if dataloader is None:
             self._prepare_prior(adata)
             dataloader = self._make_data_loader(adata=adata, indices=indices, batch_size=batch_size)
-        means: list[torch.Tensor] = []
+        shift_of = self._embedding_shifts()
+        shifts: list[torch.Tensor] = []
 
         def recording(loader):
             for tensors in loader:
-                means.append(self._prior_means(tensors).cpu())
+                shifts.append(shift_of(tensors).cpu())
                 yield tensors
 
         latent = get_latent(adata=None, indices=None, batch_size=None, dataloader=recording(dataloader), **kwargs)
-        shift = torch.cat(means).numpy() if means else 0.0
+        shift = torch.cat(shifts).numpy() if shifts else 0.0
         if isinstance(latent, tuple):  # return_dist: the mean moves, the variance does not
             return latent[0] - shift, latent[1]
         return latent - shift

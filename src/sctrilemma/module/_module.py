@@ -109,7 +109,7 @@ class SCTrilemmaModule(
         embeddings start at random (``gene_embedding_init`` resolves to ``"normal"``).
     embedding_centred_on_prior
         ``False`` (the paper): the embedding is the pooled posterior mean. ``True`` (with PB-Cond): the model reports
-        it minus the cell's prior mean, that of its dataset-donor group (:meth:`prior_parameters`).
+        it minus the mean prior mean of the cell's dataset (:meth:`~sctrilemma.module.PseudobulkPrior.dataset_means`).
 
     Notes
     -----

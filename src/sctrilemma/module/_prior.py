@@ -37,6 +37,7 @@ class PseudobulkPrior(nn.Module):
             nn.init.zeros_(self.to_logvar.bias)
         self.register_buffer("group_keys", torch.zeros(0, dtype=torch.long), persistent=False)
         self.register_buffer("group_codes", torch.zeros(0, n_codes), persistent=False)
+        self.register_buffer("group_cells", torch.zeros(0), persistent=False)
         self.group_key_stride = 1
 
     def forward(self, codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,18 +45,42 @@ class PseudobulkPrior(nn.Module):
         logvar = self.to_logvar(codes).clamp(LOGVAR_MIN, LOGVAR_MAX)
         return self.to_mean(codes).unsqueeze(-2), logvar.unsqueeze(-2)
 
-    def set_group_codes(self, keys: torch.Tensor, codes: torch.Tensor, stride: int) -> None:
+    def set_group_codes(
+        self, keys: torch.Tensor, codes: torch.Tensor, stride: int, n_cells: torch.Tensor | None = None
+    ) -> None:
         """Set the code table.
 
-        ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``; ``codes`` is ``(n_groups, M)``.
+        ``keys`` ``(n_groups,)`` are ``dataset_code * stride + donor_code``; ``codes`` is ``(n_groups, M)``;
+        ``n_cells`` ``(n_groups,)``, the groups' sizes, weight :meth:`dataset_means` (equally without it).
         """
         order = torch.argsort(keys)
         self.group_keys = keys[order].to(self.group_keys.device)
         self.group_codes = codes[order].to(self.group_codes.device, torch.float32)
         self.group_key_stride = int(stride)
+        n_cells = torch.ones(keys.shape) if n_cells is None else torch.as_tensor(n_cells)
+        self.group_cells = n_cells[order].to(self.group_cells.device, torch.float32)
+
+    def dataset_means(self) -> torch.Tensor:
+        """``(n_groups, n_hidden)``: for each group of the table, the prior mean averaged over its dataset's cells.
+
+        The mean of the prior means of the dataset's groups, weighted by their sizes (``n_cells`` of
+        :meth:`set_group_codes`).
+        """
+        means = self.to_mean(self.group_codes)
+        dataset = torch.div(self.group_keys, self.group_key_stride, rounding_mode="floor")
+        _, group_dataset = torch.unique(dataset, return_inverse=True)
+        n_datasets = int(group_dataset.max()) + 1 if group_dataset.numel() else 0
+        cells = torch.zeros(n_datasets, device=means.device).index_add_(0, group_dataset, self.group_cells)
+        sums = torch.zeros(n_datasets, means.shape[1], device=means.device)
+        sums.index_add_(0, group_dataset, means * self.group_cells[:, None])
+        return (sums / cells[:, None])[group_dataset]
 
     def group_codes_for(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
         """Soft pseudo-bulk codes ``(batch, M)`` of the cells in ``tensors``."""
+        return self.group_codes[self.group_rows_for(tensors)]
+
+    def group_rows_for(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Rows ``(batch,)`` of the code table (groups in the order of ``group_keys``) of the cells in ``tensors``."""
         if self.group_keys.numel() == 0:
             raise RuntimeError(
                 "The PB-Cond prior has no pseudo-bulk codes for this data. Use the model API "
@@ -67,4 +92,4 @@ class PseudobulkPrior(nn.Module):
         rows = torch.searchsorted(self.group_keys, keys).clamp_max(self.group_keys.numel() - 1)
         if not torch.equal(self.group_keys[rows], keys):
             raise RuntimeError("Some cells belong to a dataset-donor group without a pseudo-bulk code.")
-        return self.group_codes[rows]
+        return rows
