@@ -107,7 +107,7 @@ def measured_genes_per_dataset(manager: AnnDataManager) -> torch.Tensor | None:
 def refuse_scvi_covariates(kwargs: dict) -> None:
     """ScVI's ``batch_key``/``labels_key`` (and covariate keys) have no meaning here: say what to use instead."""
     hints = {
-        "batch_key": "pass the column as `donor_key` (PB-Cond's groups; add `dataset_key` for studies)",
+        "batch_key": "pass donors as `donor_key`, and studies or technologies as `dataset_key` (PB-Cond's groups)",
         "labels_key": "the model is unsupervised; keep labels in `adata.obs` for evaluation",
         "categorical_covariate_keys": "pass donors as `donor_key` and studies as `dataset_key`",
         "continuous_covariate_keys": "continuous covariates are not modelled",
