@@ -313,7 +313,7 @@ def test_eval_decoder_matches_plain_path(
     perturb_norms_and_biases,
 ) -> None:
     """Chunked evaluation with keys and values folded into the projections computes the plain decoder."""
-    monkeypatch.setattr("sctrilemma.module._decoder.DECODE_TOKEN_BUDGET", budget)
+    monkeypatch.setattr("sctrilemma.module._decoder.DECODE_FLOAT_BUDGET", budget * tiny["n_hidden"])
     monkeypatch.setattr("sctrilemma.module._decoder.FOLDED_CONTEXT_BUDGET", fold_budget)
     torch.manual_seed(0)
     sizes = {**tiny, "n_heads": n_heads, "n_decoder_layers": 2}

@@ -19,10 +19,11 @@ if TYPE_CHECKING:
 # Gene queries decoded at once in CPU training: one group's activations stay in cache from one operator to the
 # next, forward and backward (measured 12-16 % off a small-preset step; benchmarks/results/quality/NOTES.md).
 TRAINING_DECODE_BUDGET = 8192
-# Gene queries (cells x genes) decoded at once in evaluation: a few cells' genes per chunk for the small preset,
-# the fastest of 2,048-131,072 measured on Kang 2018; the paper preset decodes as fast at 2,048 or 8,192
-# (benchmarks/results/speed/NOTES.md).
-DECODE_TOKEN_BUDGET = 8192
+# Gene queries (cells x genes) decoded at once in evaluation, counted in floats of query width: 8,192 queries of the
+# small preset's 64, a few cells' genes per chunk (the fastest of 2,048-131,072 measured on Kang 2018), and 1,024 of
+# the paper preset's 512, which decodes as fast at 512-8,192 queries and at 1,024 holds a quarter of the memory it
+# holds at 8,192 (benchmarks/results/speed/NOTES.md).
+DECODE_FLOAT_BUDGET = 1 << 19
 # Floats of the blocks' folded keys and values held at once in evaluation: the small preset folds a whole batch
 # of cells at once, the paper preset a few cells at a time.
 FOLDED_CONTEXT_BUDGET = 1 << 22
@@ -56,8 +57,8 @@ class ZINBDecoder(nn.Module):
     -----
     Training, or any call with autograd on, runs the plain blocks, on CPU ``TRAINING_DECODE_BUDGET`` queries at a
     time. Evaluation without autograd computes the same logits faster: genes do not attend to each other, so cells
-    and genes are cut into chunks of about ``DECODE_TOKEN_BUDGET`` queries, the gene embeddings are looked up once per
-    call, and where it costs fewer FLOPs the blocks run as :class:`~sctrilemma.nn.ShortContextBlock`: each cell's keys
+    and genes are cut into chunks of about ``DECODE_FLOAT_BUDGET / d`` queries, the gene embeddings are looked up once
+    per call, and where it costs fewer FLOPs the blocks run as :class:`~sctrilemma.nn.ShortContextBlock`: each cell's keys
     and values folded into the projections (for up to ``FOLDED_CONTEXT_BUDGET`` floats of cells at a time), the count
     head into the last feed-forward layer. The prepared blocks are built once and rebuilt only when the weights, the
     device or the arithmetic change.
@@ -180,8 +181,9 @@ class ZINBDecoder(nn.Module):
         """The plain blocks' logits, by chunks of cells and genes (see the class notes)."""
         batch, n_genes = z_tokens.shape[0], genes.shape[-1]
         plain_flops, folded_flops = self.blocks[0].attention.short_context_flops(n_genes, z_tokens.shape[1])
-        cells_per_group = max(1, DECODE_TOKEN_BUDGET // max(1, n_genes))
-        genes_per_chunk = max(1, DECODE_TOKEN_BUDGET // cells_per_group)
+        query_budget = max(1, DECODE_FLOAT_BUDGET // z_tokens.shape[-1])
+        cells_per_group = max(1, query_budget // max(1, n_genes))
+        genes_per_chunk = max(1, query_budget // cells_per_group)
         logits = torch.empty(batch, n_genes, 2, device=z_tokens.device)
         if folded_flops >= plain_flops:
             genes = genes.expand(batch, n_genes) if genes.dim() == 1 else genes
