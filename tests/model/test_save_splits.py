@@ -31,7 +31,7 @@ def _trained(adata, **train_kwargs) -> SCTrilemma:
 def test_scvi_covariates_point_to_donor_key(adata, argument, value):
     with pytest.raises(ValueError, match=rf"has no `{argument}` .*donor_key|has no `{argument}`"):
         SCTrilemma.setup_anndata(adata, **{argument: value})
-    with pytest.raises(ValueError, match="pass the column as `donor_key`"):
+    with pytest.raises(ValueError, match="pass donors as `donor_key`, and studies or technologies as `dataset_key`"):
         SCTrilemma.setup_anndata(adata, batch_key="donor")
 
 
