@@ -354,7 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--overwrite", action="store_true", help="replace a model already saved in --out")
     train.add_argument("--layer", default=None, help="layer with raw counts (default: X)")
     train.add_argument("--donor-key", default=None, help="obs column with donors (default: one donor)")
-    train.add_argument("--dataset-key", default=None, help="obs column with datasets (default: one dataset)")
+    train.add_argument(
+        "--dataset-key", default=None, help="obs column with studies or technologies (default: one dataset)"
+    )
     train.add_argument(
         "--preset",
         default=None,
