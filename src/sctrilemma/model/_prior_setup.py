@@ -100,16 +100,16 @@ class PriorSetupMixin:
         if self.module.prior is None:
             return
         manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
-        if holds_counts(manager):
-            codes, keys, stride, _ = self._codes(manager)
-            n_cells = np.bincount(self._groups(manager)[0], minlength=len(keys))
-            self._set_module_codes(codes, keys, stride, n_cells)
-        elif self._PSEUDOBULK_CODES_KEY in manager.adata.obsm:  # cached by minify_adata for the embedding
-            group, keys, stride, _ = self._groups(manager)
-            first_cell = np.unique(group, return_index=True)[1]
-            codes = np.asarray(manager.adata.obsm[self._PSEUDOBULK_CODES_KEY])[first_cell]
-            self._set_module_codes(codes, keys, stride, np.bincount(group, minlength=len(keys)))
-        # other minified data: the callers that need codes (ELBO, reconstruction, marginal LL, training) refuse it
+        counts = holds_counts(manager)
+        if not counts and self._PSEUDOBULK_CODES_KEY not in manager.adata.obsm:
+            # other minified data: the callers that need codes (ELBO, reconstruction, marginal LL, training) refuse it
+            return
+        group, keys, stride, _ = self._groups(manager)
+        if counts:
+            codes = self._codes(manager)[0]
+        else:  # cached by minify_adata for the embedding
+            codes = np.asarray(manager.adata.obsm[self._PSEUDOBULK_CODES_KEY])[np.unique(group, return_index=True)[1]]
+        self._set_module_codes(codes, keys, stride, np.bincount(group, minlength=len(keys)))
 
     def _cell_codes(self, adata: AnnData | None) -> np.ndarray:
         """Each cell's pseudo-bulk code ``(n_obs, M)``, that of its dataset-donor group."""
