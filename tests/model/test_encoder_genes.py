@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import anndata as ad
 import numpy as np
 import pytest
@@ -91,3 +93,20 @@ def test_the_small_preset_leaves_data_with_few_genes_as_it_was(small_adata, tiny
     assert small_adata.n_vars <= SCTrilemma(small_adata, preset="small", **tiny).module.encoder_genes == 4000
     np.testing.assert_array_equal(embeddings[0], embeddings[1])
     assert SCTrilemma(small_adata, preset="paper", **tiny).module.encoder_genes is None
+
+
+def test_a_query_missing_most_of_the_encoders_genes_is_warned(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", encoder_genes=300, **tiny)
+    model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
+    reads = model.module.encoder_gene_mask.numpy().copy()
+    # 100 of the 300 genes the encoder reads, and every other gene
+    keep = np.sort(np.concatenate([np.flatnonzero(~reads), np.flatnonzero(reads)[:100]]))
+    with pytest.warns(UserWarning, match=r"measures 100 of the 300 genes the reference's encoder reads"):
+        query = SCTrilemma.load_query_data(small_adata[:, keep].copy(), model)
+    np.testing.assert_array_equal(query.module.encoder_gene_mask.numpy(), reads)  # warned, not changed
+    # 200 of them: no warning
+    keep = np.sort(np.concatenate([np.flatnonzero(~reads), np.flatnonzero(reads)[:200]]))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*genes the reference's encoder reads")
+        SCTrilemma.load_query_data(small_adata[:, keep].copy(), model)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import TYPE_CHECKING
 
 import anndata as ad
 import numpy as np
 import pandas as pd
+from scvi import settings
 
 from sctrilemma._validation import cell_statistics, check_obs_keys, refuse_empty_cells, scan_counts
 from sctrilemma.data._genes import find_symbol_column, match_genes
@@ -20,6 +22,8 @@ logger = logging.getLogger(__name__)
 MEASURED_COLUMN = "measured"
 GENE_MATCH_KEY = "sctrilemma_gene_match"
 UNKNOWN_GROUP = "unknown"
+# A query measuring less than this share of the genes the reference's encoder reads is warned about.
+MIN_ENCODER_GENE_SHARE = 0.5
 
 
 def project_query(
@@ -123,3 +127,26 @@ def replace_contents(adata: ad.AnnData, query: ad.AnnData) -> None:
     if adata.isbacked:
         adata.file.close()
     adata._init_as_actual(query)
+
+
+def warn_if_few_encoder_genes(encoder_reads: np.ndarray, query: ad.AnnData) -> None:
+    """Warn when a prepared ``query`` measures less than half of the genes the reference's encoder reads.
+
+    ``encoder_reads`` ``(n_reference_genes,)`` is the reference's ``encoder_gene_mask``. An encoder that reads the
+    most variable genes of the reference's studies embeds a query from those it measured only, and one trained on
+    those genes does not carry over to others (``benchmarks/results/zero_shot/summary.md``).
+    """
+    if encoder_reads.all() or MEASURED_COLUMN not in query.var:
+        return
+    measured = query.var[MEASURED_COLUMN].to_numpy(dtype=bool)
+    n_reads, n_measured = int(encoder_reads.sum()), int((encoder_reads & measured).sum())
+    if n_measured >= MIN_ENCODER_GENE_SHARE * n_reads:
+        return
+    warnings.warn(
+        f"The query measures {n_measured} of the {n_reads} genes the reference's encoder reads (the most variable "
+        "genes of its training data), so its cells are embedded from those alone and their embedding can lose cell "
+        "identity. For queries with another gene panel, train the reference on the genes they share, or with an "
+        "encoder that reads every gene: `SCTrilemma(reference, encoder_genes=reference.n_vars)`.",
+        UserWarning,
+        stacklevel=settings.warnings_stacklevel,
+    )

@@ -24,6 +24,7 @@ from sctrilemma.model._query import (
     empty_after_matching_message,
     project_query,
     replace_contents,
+    warn_if_few_encoder_genes,
 )
 
 if TYPE_CHECKING:
@@ -378,6 +379,7 @@ class ReferenceMixin:
         else:
             adata = query
         _string_group_categories(model.registry_)
+        warn_if_few_encoder_genes(model.module.encoder_gene_mask.cpu().numpy(), query)
         _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
         model.to_device(torch_device)
         model.adata = adata
