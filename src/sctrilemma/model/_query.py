@@ -132,9 +132,9 @@ def replace_contents(adata: ad.AnnData, query: ad.AnnData) -> None:
 def warn_if_few_encoder_genes(encoder_reads: np.ndarray, query: ad.AnnData) -> None:
     """Warn when a prepared ``query`` measures less than half of the genes the reference's encoder reads.
 
-    ``encoder_reads`` ``(n_reference_genes,)`` is the reference's ``encoder_gene_mask``. An encoder that reads the
-    most variable genes of the reference's studies embeds a query from those it measured only, and one trained on
-    those genes does not carry over to others (``benchmarks/results/zero_shot/summary.md``).
+    ``encoder_reads`` ``(n_reference_genes,)`` is the reference's ``encoder_gene_mask``. The encoder embeds a query
+    from the genes it reads that the query measured; reading the query's other genes instead does not help, since
+    the encoder was trained on its own (``benchmarks/results/zero_shot/summary.md``).
     """
     if encoder_reads.all() or MEASURED_COLUMN not in query.var:
         return
@@ -144,9 +144,9 @@ def warn_if_few_encoder_genes(encoder_reads: np.ndarray, query: ad.AnnData) -> N
         return
     warnings.warn(
         f"The query measures {n_measured} of the {n_reads} genes the reference's encoder reads (the most variable "
-        "genes of its training data), so its cells are embedded from those alone and their embedding can lose cell "
-        "identity. For queries with another gene panel, train the reference on the genes they share, or with an "
-        "encoder that reads every gene: `SCTrilemma(reference, encoder_genes=reference.n_vars)`.",
+        "genes of its training data), so its cells are embedded from those alone. Where that loses cell identity, a "
+        "reference whose encoder reads every gene (`SCTrilemma(reference, encoder_genes=reference.n_vars)`) can do "
+        "better; see the user guide, 'References from several studies'.",
         UserWarning,
         stacklevel=settings.warnings_stacklevel,
     )

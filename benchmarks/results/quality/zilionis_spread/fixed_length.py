@@ -1,12 +1,21 @@
-import sys, json, warnings
-import numpy as np, torch, anndata as ad, scvi
+import json
+import sys
+import warnings
+
+import anndata as ad
+import scvi
+import torch
+
 sys.path.insert(0, "benchmarks")
 from sctrilemma import SCTrilemma
 from sctrilemma.metrics import nmi_ari_kmeans
+
 warnings.filterwarnings("ignore")
-seed = int(sys.argv[1]); steps_list = [int(s) for s in sys.argv[2].split(",")]
+seed = int(sys.argv[1])
+steps_list = [int(s) for s in sys.argv[2].split(",")]
 torch.set_num_threads(1)
-a = ad.read_h5ad("../shared/data/zilionis2019_mouse_lung_cluey.h5ad"); a.obs_names_make_unique()
+a = ad.read_h5ad("../shared/data/zilionis2019_mouse_lung_cluey.h5ad")
+a.obs_names_make_unique()
 a.obs["Animal"] = a.obs["Animal"].astype(str)
 y = a.obs.cell_type.astype(str).values
 for steps in steps_list:
