@@ -29,4 +29,8 @@ model = SCTrilemma(adata, preset="small")
 length = {"max_epochs": 10_000, "max_time": timedelta(seconds=240)} if budget == "time" else {"max_steps": 2000}
 model.train(enable_progress_bar=False, **length)
 figures = nmi_ari_kmeans(model.get_latent_representation(), adata.obs["cell_type"].astype(str).to_numpy(), seed=0)
-print(json.dumps({"budget": budget, "steps": int(model.trainer.global_step), **{k: round(v, 4) for k, v in figures.items()}}))
+print(
+    json.dumps(
+        {"budget": budget, "steps": int(model.trainer.global_step), **{k: round(v, 4) for k, v in figures.items()}}
+    )
+)
