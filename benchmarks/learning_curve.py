@@ -39,13 +39,13 @@ import scvi
 import torch
 from lightning.pytorch.callbacks import Callback, Timer, WeightAveraging
 from sklearn.decomposition import PCA
-from trilemma import CONTEXT_ROLES, DATASETS
+from trilemma import DATASETS, default_context_role
 
 from sctrilemma import SCTrilemma, metrics
 from sctrilemma.benchmark import pca_baseline
 
 # data set: (label key, context key), the same data sets and keys as the trilemma benchmark, which also says how
-# SCTrilemma is given the context (CONTEXT_ROLES)
+# SCTrilemma is given the context (default_context_role)
 KEYS = {Path(name).stem: (label, context) for name, (label, context, _) in DATASETS.items()}
 METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard", "rec_val")
 CHECKPOINTS = (0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0)
@@ -163,7 +163,7 @@ def train(args: argparse.Namespace) -> dict:
         model = scvi.model.SCVI(adata, gene_likelihood="zinb")
         plan_kwargs = None
     else:
-        role = CONTEXT_ROLES.get(f"{args.data}.h5ad", "donor")
+        role = default_context_role(f"{args.data}.h5ad")
         SCTrilemma.setup_anndata(adata, **{f"{role}_key": keys[1]})
         model = SCTrilemma(adata, preset="small", **json.loads(args.model))
         plan_kwargs = json.loads(args.plan) or None

@@ -48,6 +48,13 @@ DATASETS = {
 # CEL-seq2 and a three-line Drop-seq mixture) and Baron's species are its separate human and mouse data sets; Kang's
 # and Zilionis's contexts are the donors (mice) of one study.
 CONTEXT_ROLES = {"cellbench_lung_celllines.h5ad": "dataset", "baron2016_pancreas_subset_cider.h5ad": "dataset"}
+
+
+def default_context_role(file_name: str) -> str:
+    """How SCTrilemma is given the context of the data set in ``file_name``: ``"dataset"`` or ``"donor"``."""
+    return CONTEXT_ROLES.get(file_name, "donor")
+
+
 GENE_SETS = "msigdb_hallmark_v7.0.symbols.gmt"
 
 
@@ -90,7 +97,7 @@ def run_dataset(
     context_role: str | None = None,
 ) -> dict:
     label_key, context_key, symbol_key = keys or DATASETS[path.name]
-    context_role = context_role or CONTEXT_ROLES.get(path.name, "donor")
+    context_role = context_role or default_context_role(path.name)
     # Every model trains on the threads the process started with: scanpy's preprocessing (in the PCA baseline of
     # the previous seed) raises PyTorch's thread count, which oversubscribed later seeds' training.
     torch.set_num_threads(TRAINING_THREADS)
