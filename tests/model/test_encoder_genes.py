@@ -110,3 +110,15 @@ def test_a_query_missing_most_of_the_encoders_genes_is_warned(small_adata, tiny)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*genes the reference's encoder reads")
         SCTrilemma.load_query_data(small_adata[:, keep].copy(), model)
+
+
+def test_a_reference_trained_with_genes_hidden_keeps_the_option(small_adata, tiny, tmp_path):
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, preset="small", gene_panel_min_fraction=0.1, **tiny)
+    assert SCTrilemma(small_adata, preset="small", **tiny).module.gene_panel_min_fraction == 1.0  # off by default
+    model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
+    model.save(tmp_path / "model")
+    loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
+    assert loaded.module.gene_panel_min_fraction == 0.1
+    # embedding reads every gene: the same embedding before and after the round trip
+    np.testing.assert_allclose(loaded.get_latent_representation(), model.get_latent_representation(), atol=1e-6)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sctrilemma.module import SCTrilemmaModule, expressed_crop, target_sample
-from sctrilemma.module._depth import thin_counts
+from sctrilemma.module._depth import drop_genes, thin_counts
 
 
 def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.Tensor) -> None:
@@ -99,6 +99,17 @@ def test_thin_counts_keeps_a_random_fraction_of_each_cells_depth(counts: torch.T
     assert torch.equal(thin_counts(counts, 1.0), counts)
 
 
+def test_drop_genes_zeroes_a_random_share_of_each_cells_genes(counts: torch.Tensor) -> None:
+    dropped = drop_genes(counts, 0.1, generator=torch.Generator().manual_seed(0))
+    assert ((dropped == counts) | (dropped == 0)).all()  # a gene is kept whole or dropped
+    kept = (dropped > 0).sum(1) / (counts > 0).sum(1)
+    assert kept.min() > 0.0
+    assert kept.max() <= 1.0
+    assert kept.std() > 0.1  # a different share per cell
+    assert kept.median() < 0.6  # log-uniform in [0.1, 1]: median about 0.32
+    assert torch.equal(drop_genes(counts, 1.0), counts)
+
+
 def test_a_cell_thinned_to_nothing_keeps_its_counts() -> None:
     x = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 2.0], [0.0, 0.0, 0.0], [400.0, 300.0, 500.0]])
     original = x.clone()
@@ -129,8 +140,26 @@ def test_only_the_encoder_sees_thinned_counts_and_only_in_training(
     assert torch.equal(embedded.counts, expressed_crop(x, tiny["crop_size"]).counts)  # embedding is never thinned
 
 
+def test_the_encoder_reads_training_cells_with_genes_dropped(
+    counts: torch.Tensor, tiny: dict, module_sizes: dict
+) -> None:
+    module = SCTrilemmaModule(
+        counts.shape[1], **module_sizes, prior="normal", n_decoder_targets=32, gene_panel_min_fraction=0.2
+    )
+    x = counts[:50]
+    crop = module.train().inference(x)["crop"]
+    assert torch.equal(crop.counts, x.gather(1, crop.genes) * crop.mask)  # kept genes keep their counts
+    top = x.topk(tiny["crop_size"], dim=1).values.sum(1)
+    assert (crop.counts.sum(1) < top).any()  # some of a cell's top genes were dropped from the crop
+    with torch.no_grad():
+        embedded = module.eval().inference(x)["crop"]
+    assert torch.equal(embedded.counts, expressed_crop(x, tiny["crop_size"]).counts)  # embedding reads every gene
+
+
 def test_invalid_options_are_refused(module_sizes: dict) -> None:
     with pytest.raises(ValueError, match="n_decoder_targets"):
         SCTrilemmaModule(100, **module_sizes, n_decoder_targets=2)
     with pytest.raises(ValueError, match="min_depth_fraction"):
         SCTrilemmaModule(100, **module_sizes, min_depth_fraction=0.0)
+    with pytest.raises(ValueError, match="gene_panel_min_fraction"):
+        SCTrilemmaModule(100, **module_sizes, gene_panel_min_fraction=1.5)

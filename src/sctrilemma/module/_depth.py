@@ -1,4 +1,4 @@
-"""Sequencing depth: counts binomially thinned, at random in training and to one common depth for embedding."""
+"""Counts thinned in depth (at random in training, to one common depth for embedding) and genes dropped in training."""
 
 from __future__ import annotations
 
@@ -19,6 +19,25 @@ def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator
     log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
     thinned = torch.binomial(x, log_fraction.exp().expand_as(x), generator=generator)
     return _emptied_cells_restored(thinned, x)
+
+
+def encoder_training_input(x: torch.Tensor, min_depth_fraction: float, gene_panel_min_fraction: float) -> torch.Tensor:
+    """Training counts ``x`` as the encoder reads them: :func:`thin_counts`, then :func:`drop_genes` (each below 1)."""
+    if min_depth_fraction < 1.0:
+        x = thin_counts(x, min_depth_fraction)
+    if gene_panel_min_fraction < 1.0:
+        x = drop_genes(x, gene_panel_min_fraction)
+    return x
+
+
+def drop_genes(x: torch.Tensor, min_fraction: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Each cell's counts with a random share of its genes set to zero, the share kept log-uniform in ``[min_fraction, 1]``.
+
+    A cell left without counts keeps its original ones.
+    """
+    log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
+    kept = torch.rand(x.shape, generator=generator, device=x.device) < log_fraction.exp()
+    return _emptied_cells_restored(x * kept, x)
 
 
 def _emptied_cells_restored(thinned: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

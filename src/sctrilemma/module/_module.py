@@ -15,8 +15,9 @@ from torch.distributions import Normal
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
 from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._analysis import AnalysisModuleMixin
+from sctrilemma.module._arguments import check_module_arguments
 from sctrilemma.module._decoder import ZINBDecoder
-from sctrilemma.module._depth import thin_counts, thin_to_depth
+from sctrilemma.module._depth import encoder_training_input, thin_to_depth
 from sctrilemma.module._encoder import PerceiverEncoder
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
 from sctrilemma.module._tokens import (
@@ -86,6 +87,10 @@ class SCTrilemmaModule(
         counts binomially thinned to a random fraction of its depth (log-uniform in
         ``[min_depth_fraction, 1]``) while the decoder still reconstructs the full counts, so the
         posterior learns to be the same at any sequencing depth. ``1`` (the paper) never thins.
+    gene_panel_min_fraction
+        With ``n_decoder_targets`` set and a value below 1, the encoder reads each training cell with a random share
+        of its genes zeroed, the share kept log-uniform in ``[gene_panel_min_fraction, 1]``, so that it learns to
+        embed cells from any subset of its genes, as a query measured on a narrower panel. ``1`` (the paper) keeps all.
     embedding_depth_quantile
         ``None`` (the paper): the encoder reads each cell's counts as they are outside training. A quantile ``q``:
         outside training (embedding, reconstruction, validation) every cell deeper than the ``q``-quantile of the
@@ -151,31 +156,10 @@ class SCTrilemmaModule(
         decoder_gene_offset: bool | Literal["auto"] = False,
         encoder_genes: int | None = None,
         embedding_centred_on_prior: bool = False,
+        gene_panel_min_fraction: float = 1.0,
     ) -> None:
         super().__init__()
-        if prior not in ("pseudobulk", "normal"):
-            raise ValueError(f"`prior` must be 'pseudobulk' or 'normal', got {prior!r}.")
-        for name, value in {"n_input": n_input, "n_hidden": n_hidden, "n_latent_tokens": n_latent_tokens,
-                            "crop_size": crop_size, "n_encoder_layers": n_encoder_layers,
-                            "n_decoder_layers": n_decoder_layers, "n_heads": n_heads}.items():  # fmt: skip
-            if int(value) < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value}.")
-        if n_decoder_targets is not None and int(n_decoder_targets) < 4:
-            raise ValueError(f"`n_decoder_targets` must be None or an integer >= 4, got {n_decoder_targets}.")
-        if not 0.0 < min_depth_fraction <= 1.0:
-            raise ValueError(f"`min_depth_fraction` must be in (0, 1], got {min_depth_fraction}.")
-        if embedding_depth_quantile is not None and not 0.0 <= embedding_depth_quantile <= 1.0:
-            raise ValueError(f"`embedding_depth_quantile` must be None or in [0, 1], got {embedding_depth_quantile}.")
-        if gene_embedding_init not in ("normal", "pca", "auto"):
-            raise ValueError(f"`gene_embedding_init` must be 'normal', 'pca' or 'auto', got {gene_embedding_init!r}.")
-        if encoder_genes is not None and (int(encoder_genes) < 1 or n_decoder_targets is None):
-            raise ValueError(
-                f"`encoder_genes` must be None or a positive integer with `n_decoder_targets` set (the encoder's crop "
-                f"must be its own, not the decoder's targets), got {encoder_genes} with n_decoder_targets="
-                f"{n_decoder_targets}."
-            )
-        if decoder_gene_offset not in (True, False, "auto"):
-            raise ValueError(f"`decoder_gene_offset` must be True, False or 'auto', got {decoder_gene_offset!r}.")
+        check_module_arguments(**locals())
         if gene_embedding_init == "auto":
             gene_embedding_init = "pca" if n_input > PCA_INIT_MIN_GENES else "normal"
         if decoder_gene_offset == "auto":
@@ -186,6 +170,7 @@ class SCTrilemmaModule(
         self.n_latent_tokens = n_latent_tokens
         self.crop_size = crop_size
         self.min_depth_fraction = min_depth_fraction
+        self.gene_panel_min_fraction = gene_panel_min_fraction
         self.embedding_depth_quantile = embedding_depth_quantile
         # The depth cells are thinned to outside training; 0 until fitted, and in models saved without it.
         self.register_buffer("embedding_depth", torch.zeros(()))
@@ -340,9 +325,8 @@ class SCTrilemmaModule(
             elif self.n_decoder_targets is None:
                 crop = training_crop(x, self.crop_size)
             else:
-                if self.min_depth_fraction < 1.0:
-                    x = thin_counts(x, self.min_depth_fraction)
-                    library = x.sum(dim=1, keepdim=True)
+                x = encoder_training_input(x, self.min_depth_fraction, self.gene_panel_min_fraction)
+                library = x.sum(dim=1, keepdim=True)
                 crop = expressed_crop(x, self.crop_size, random_ties=True, among=self._encoder_genes())
         q_mean, q_logvar = self.encode(crop, library)
         q_std = torch.exp(0.5 * q_logvar)
