@@ -147,3 +147,5 @@ def test_invalid_options_are_refused(module_sizes: dict) -> None:
         SCTrilemmaModule(100, **module_sizes, min_depth_fraction=0.0)
     with pytest.raises(ValueError, match="gene_panel_min_fraction"):
         SCTrilemmaModule(100, **module_sizes, gene_panel_min_fraction=1.5)
+    with pytest.raises(ValueError, match="needs `n_decoder_targets` set"):
+        SCTrilemmaModule(100, **module_sizes, gene_panel_min_fraction=0.5)

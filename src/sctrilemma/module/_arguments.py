@@ -42,6 +42,11 @@ def check_module_arguments(
                            "gene_panel_min_fraction": gene_panel_min_fraction}.items():  # fmt: skip
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"`{name}` must be in (0, 1], got {fraction}.")
+    if gene_panel_min_fraction < 1.0 and n_decoder_targets is None:
+        raise ValueError(
+            "`gene_panel_min_fraction` below 1 needs `n_decoder_targets` set (the small preset): with the paper's "
+            "crop the decoder reconstructs the genes the encoder reads, so hidden genes would leave its targets too."
+        )
     if embedding_depth_quantile is not None and not 0.0 <= embedding_depth_quantile <= 1.0:
         raise ValueError(f"`embedding_depth_quantile` must be None or in [0, 1], got {embedding_depth_quantile}.")
     if gene_embedding_init not in ("normal", "pca", "auto"):
