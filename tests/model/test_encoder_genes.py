@@ -120,5 +120,5 @@ def test_a_reference_trained_with_genes_hidden_keeps_the_option(small_adata, tin
     model.save(tmp_path / "model")
     loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
     assert loaded.module.gene_panel_min_fraction == 0.1
-    # embedding reads every gene: the same embedding before and after the round trip
+    # the option changes training only: the saved model embeds as the trained one
     np.testing.assert_allclose(loaded.get_latent_representation(), model.get_latent_representation(), atol=1e-6)

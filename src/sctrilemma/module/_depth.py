@@ -16,8 +16,7 @@ def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator
 
     A cell left without counts keeps its original ones.
     """
-    log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
-    thinned = torch.binomial(x, log_fraction.exp().expand_as(x), generator=generator)
+    thinned = torch.binomial(x, _per_cell_fractions(x, min_fraction, generator).expand_as(x), generator=generator)
     return _emptied_cells_restored(thinned, x)
 
 
@@ -35,9 +34,14 @@ def drop_genes(x: torch.Tensor, min_fraction: float, generator: torch.Generator 
 
     A cell left without counts keeps its original ones.
     """
-    log_fraction = torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)
-    kept = torch.rand(x.shape, generator=generator, device=x.device) < log_fraction.exp()
+    fractions = _per_cell_fractions(x, min_fraction, generator)
+    kept = torch.rand(x.shape, generator=generator, device=x.device) < fractions
     return _emptied_cells_restored(x * kept, x)
+
+
+def _per_cell_fractions(x: torch.Tensor, min_fraction: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One random fraction per cell of ``x``, ``(batch, 1)``, log-uniform in ``[min_fraction, 1]``."""
+    return (torch.rand(x.shape[0], 1, generator=generator, device=x.device) * math.log(min_fraction)).exp()
 
 
 def _emptied_cells_restored(thinned: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
