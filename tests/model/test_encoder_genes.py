@@ -112,13 +112,18 @@ def test_a_query_missing_most_of_the_encoders_genes_is_warned(small_adata, tiny)
         SCTrilemma.load_query_data(small_adata[:, keep].copy(), model)
 
 
-def test_a_reference_trained_with_genes_hidden_keeps_the_option(small_adata, tiny, tmp_path):
+def test_a_reference_for_other_panels_keeps_its_options(small_adata, tiny, tmp_path):
+    """The user guide's recipe for references queried with other gene panels: every gene read, a share hidden."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, preset="small", gene_panel_min_fraction=0.1, **tiny)
+    model = SCTrilemma(small_adata, preset="small", encoder_genes=None, gene_panel_min_fraction=0.1, **tiny)
+    assert model.module.encoder_genes is None  # not the preset's 4,000
     assert SCTrilemma(small_adata, preset="small", **tiny).module.gene_panel_min_fraction == 1.0  # off by default
     model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
+    assert model.module.encoder_gene_mask.all()
     model.save(tmp_path / "model")
     loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
     assert loaded.module.gene_panel_min_fraction == 0.1
+    assert loaded.module.encoder_genes is None
+    assert loaded.module.encoder_gene_mask.all()
     # the option changes training only: the saved model embeds as the trained one
     np.testing.assert_allclose(loaded.get_latent_representation(), model.get_latent_representation(), atol=1e-6)

@@ -93,7 +93,8 @@ class SCTrilemma(
         Registry of a saved model; used by :meth:`load` to build a model without data.
     preset
         ``"paper"`` (the paper's sizes and recipe) or ``"small"`` (CPU-sized); the size arguments below override
-        it. By default ``"paper"`` where a CUDA GPU is available and ``"small"`` elsewhere (with a warning).
+        it, as does any other preset setting given as a keyword argument (``encoder_genes=None`` included). By
+        default ``"paper"`` where a CUDA GPU is available and ``"small"`` elsewhere (with a warning).
     n_hidden
         Token width ``d``.
     n_latent_tokens
@@ -163,21 +164,19 @@ class SCTrilemma(
         if prior not in ("pseudobulk", "normal", "shuffled"):
             raise ValueError(f"`prior` must be 'pseudobulk', 'normal' or 'shuffled', got {prior!r}.")
         preset = choose_preset(preset)
-        sizes = resolve_preset(
-            preset,
-            {
-                "n_hidden": n_hidden,
-                "n_latent_tokens": n_latent_tokens,
-                "crop_size": crop_size,
-                "n_encoder_layers": n_encoder_layers,
-                "n_decoder_layers": n_decoder_layers,
-                "n_heads": n_heads,
-                "dropout_rate": dropout_rate,
-                "n_decoder_targets": n_decoder_targets,
-                # preset settings passed as module keyword arguments override the preset too
-                **{key: module_kwargs.pop(key) for key in list(module_kwargs) if key in PRESETS.get(preset, {})},
-            },
-        )
+        # preset settings passed as module keyword arguments override the preset too, ``None`` included
+        given = {key: module_kwargs.pop(key) for key in list(module_kwargs) if key in PRESETS.get(preset, {})}
+        named = {
+            "n_hidden": n_hidden,
+            "n_latent_tokens": n_latent_tokens,
+            "crop_size": crop_size,
+            "n_encoder_layers": n_encoder_layers,
+            "n_decoder_layers": n_decoder_layers,
+            "n_heads": n_heads,
+            "dropout_rate": dropout_rate,
+            "n_decoder_targets": n_decoder_targets,
+        }
+        sizes = {**resolve_preset(preset, named), **given}
         self.prior_ = prior
         self._preset = preset
         self.pseudobulk_codebook_: dict | None = None

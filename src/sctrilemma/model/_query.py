@@ -145,8 +145,9 @@ def warn_if_few_encoder_genes(encoder_reads: np.ndarray, query: ad.AnnData) -> N
     warnings.warn(
         f"The query measures {n_measured} of the {n_reads} genes the reference's encoder reads (the most variable "
         "genes of its training data), so its cells are embedded from those alone. Where that loses cell identity, a "
-        "reference trained with random genes hidden from its encoder (`SCTrilemma(reference, "
-        "gene_panel_min_fraction=0.1)`) can do better; see the user guide, 'References from several studies'.",
+        "reference whose encoder reads every gene with a random share hidden in training (`SCTrilemma(reference, "
+        "preset='small', encoder_genes=None, gene_panel_min_fraction=0.1)`) can do better; see the user guide, "
+        "'References from several studies'.",
         UserWarning,
         stacklevel=settings.warnings_stacklevel,
     )
