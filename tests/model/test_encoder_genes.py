@@ -112,6 +112,28 @@ def test_a_query_missing_most_of_the_encoders_genes_is_warned(small_adata, tiny)
         SCTrilemma.load_query_data(small_adata[:, keep].copy(), model)
 
 
+@pytest.mark.parametrize("hidden_in_training", [False, True])
+def test_a_query_missing_most_genes_of_an_encoder_reading_every_gene(small_adata, tiny, hidden_in_training):
+    """An encoder reading every gene is warned about too, unless it was trained with genes hidden from it."""
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    fraction = 0.1 if hidden_in_training else 1.0
+    model = SCTrilemma(small_adata, preset="small", encoder_genes=None, gene_panel_min_fraction=fraction, **tiny)
+    model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
+    assert model.module.encoder_gene_mask.all()
+    query = small_adata[:, : small_adata.n_vars // 3].copy()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        SCTrilemma.load_query_data(query, model)
+    messages = [str(w.message) for w in caught if "genes the reference's encoder reads" in str(w.message)]
+    if hidden_in_training:
+        assert messages == []
+    else:
+        n_reads = small_adata.n_vars
+        assert len(messages) == 1
+        assert f"measures {n_reads // 3} of the {n_reads} genes" in messages[0]
+        assert "every gene of its training data" in messages[0]
+
+
 def test_a_reference_for_other_panels_keeps_its_options(small_adata, tiny, tmp_path):
     """The user guide's recipe for references queried with other gene panels: every gene read, a share hidden."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")

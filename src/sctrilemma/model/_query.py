@@ -129,25 +129,27 @@ def replace_contents(adata: ad.AnnData, query: ad.AnnData) -> None:
     adata._init_as_actual(query)
 
 
-def warn_if_few_encoder_genes(encoder_reads: np.ndarray, query: ad.AnnData) -> None:
+def warn_if_few_encoder_genes(encoder_reads: np.ndarray, query: ad.AnnData, gene_panel_min_fraction: float) -> None:
     """Warn when a prepared ``query`` measures less than half of the genes the reference's encoder reads.
 
-    ``encoder_reads`` ``(n_reference_genes,)`` is the reference's ``encoder_gene_mask``. The encoder embeds a query
-    from the genes it reads that the query measured; reading the query's other genes instead does not help, since
-    the encoder was trained on its own (``benchmarks/results/zero_shot/summary.md``).
+    ``encoder_reads`` ``(n_reference_genes,)`` is the reference's ``encoder_gene_mask`` (its most variable genes, or
+    every gene). The encoder embeds a query from the genes it reads that the query measured; reading the query's
+    other genes instead does not help, since the encoder was trained on its own
+    (``benchmarks/results/zero_shot/summary.md``). A reference trained with genes hidden from its encoder
+    (``gene_panel_min_fraction`` below 1) learnt to embed cells from part of its genes, and is not warned about.
     """
-    if encoder_reads.all() or MEASURED_COLUMN not in query.var:
+    if gene_panel_min_fraction < 1.0 or MEASURED_COLUMN not in query.var:
         return
     measured = query.var[MEASURED_COLUMN].to_numpy(dtype=bool)
     n_reads, n_measured = int(encoder_reads.sum()), int((encoder_reads & measured).sum())
     if n_measured >= MIN_ENCODER_GENE_SHARE * n_reads:
         return
+    which = "every gene of its training data" if encoder_reads.all() else "the most variable genes of its training data"
     warnings.warn(
-        f"The query measures {n_measured} of the {n_reads} genes the reference's encoder reads (the most variable "
-        "genes of its training data), so its cells are embedded from those alone. Where that loses cell identity, a "
-        "reference whose encoder reads every gene with a random share hidden in training (`SCTrilemma(reference, "
-        "preset='small', encoder_genes=None, gene_panel_min_fraction=0.1)`) can do better; see the user guide, "
-        "'References from several studies'.",
+        f"The query measures {n_measured} of the {n_reads} genes the reference's encoder reads ({which}), so its "
+        "cells are embedded from those alone. Where that loses cell identity, a reference whose encoder reads every "
+        "gene with a random share hidden in training (`SCTrilemma(reference, preset='small', encoder_genes=None, "
+        "gene_panel_min_fraction=0.1)`) can do better; see the user guide, 'References from several studies'.",
         UserWarning,
         stacklevel=settings.warnings_stacklevel,
     )

@@ -379,7 +379,9 @@ class ReferenceMixin:
         else:
             adata = query
         _string_group_categories(model.registry_)
-        warn_if_few_encoder_genes(model.module.encoder_gene_mask.cpu().numpy(), query)
+        warn_if_few_encoder_genes(
+            model.module.encoder_gene_mask.cpu().numpy(), query, model.module.gene_panel_min_fraction
+        )
         _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
         model.to_device(torch_device)
         model.adata = adata
