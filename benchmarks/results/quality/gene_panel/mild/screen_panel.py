@@ -16,46 +16,61 @@ import trilemma
 from sctrilemma.benchmark import Scorecard, pca_baseline
 
 warnings.filterwarnings("ignore")
-p = argparse.ArgumentParser()
-p.add_argument("--data", nargs="+")
-p.add_argument("--seeds", nargs="+", type=int)
-p.add_argument("--model", default="{}")
-p.add_argument("--tag", required=True)
-args = p.parse_args()
-kw = json.loads(args.model)
-for name in args.data:
-    label_key, context_key, symbol_key = trilemma.DATASETS[name]
-    role = trilemma.default_context_role(name)
-    for seed in args.seeds:
-        torch.set_num_threads(1)
-        a = ad.read_h5ad(Path("../shared/data") / name)
-        a.obs_names_make_unique()
-        a.obs[context_key] = a.obs[context_key].astype(str)
-        model, budget = trilemma.train_sctrilemma(a.copy(), context_key, 240.0, seed, kw, None, role)
-        a.obsm["X_sctrilemma"] = model.get_latent_representation()
-        a.layers["rec_sctrilemma"] = model.get_normalized_expression(
-            gene_list=list(a.var_names), library_size="observed", return_numpy=True
-        )
-        a.obsm["X_pca"] = pca_baseline(a, seed=seed).embedding
-        torch.set_num_threads(1)
-        card = Scorecard(
-            a,
-            ["X_sctrilemma", "X_pca"],
-            label_key,
-            context_key,
-            reconstruction_keys={"X_sctrilemma": "rec_sctrilemma"},
-            gene_sets={},
-            symbol_key=symbol_key,
-            n_repeats=5,
-            seed=seed,
-            progress_bar=False,
-        )
-        card.benchmark()
-        r = card.get_results()
-        r = r[r["method"] == "X_sctrilemma"]
-        out = {"tag": args.tag, "data": name, "seed": seed, **budget, "load": os.getloadavg()[0]}
-        for m in trilemma.HEADLINE:
-            rows = r[r["metric"] == m]
-            if len(rows):
-                out[m] = round(float(rows["mean"].iloc[0]), 4)
-        print(json.dumps(out), flush=True)
+
+
+def labelled_data(name: str, context_key: str) -> ad.AnnData:
+    """A shared labelled data set as trilemma.py reads it."""
+    torch.set_num_threads(1)
+    a = ad.read_h5ad(Path("../shared/data") / name)
+    a.obs_names_make_unique()
+    a.obs[context_key] = a.obs[context_key].astype(str)
+    return a
+
+
+def headline_scores(a: ad.AnnData, model, seed: int, label_key: str, context_key: str, symbol_key) -> dict:
+    """The trained model's headline Scorecard figures on ``a``, scored beside a PCA as trilemma.py scores them."""
+    a.obsm["X_sctrilemma"] = model.get_latent_representation()
+    a.layers["rec_sctrilemma"] = model.get_normalized_expression(
+        gene_list=list(a.var_names), library_size="observed", return_numpy=True
+    )
+    a.obsm["X_pca"] = pca_baseline(a, seed=seed).embedding
+    torch.set_num_threads(1)
+    card = Scorecard(
+        a,
+        ["X_sctrilemma", "X_pca"],
+        label_key,
+        context_key,
+        reconstruction_keys={"X_sctrilemma": "rec_sctrilemma"},
+        gene_sets={},
+        symbol_key=symbol_key,
+        n_repeats=5,
+        seed=seed,
+        progress_bar=False,
+    )
+    card.benchmark()
+    r = card.get_results()
+    r = r[r["method"] == "X_sctrilemma"]
+    out = {"load": os.getloadavg()[0]}
+    for m in trilemma.HEADLINE:
+        rows = r[r["metric"] == m]
+        if len(rows):
+            out[m] = round(float(rows["mean"].iloc[0]), 4)
+    return out
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", nargs="+")
+    p.add_argument("--seeds", nargs="+", type=int)
+    p.add_argument("--model", default="{}")
+    p.add_argument("--tag", required=True)
+    args = p.parse_args()
+    kw = json.loads(args.model)
+    for name in args.data:
+        label_key, context_key, symbol_key = trilemma.DATASETS[name]
+        role = trilemma.default_context_role(name)
+        for seed in args.seeds:
+            a = labelled_data(name, context_key)
+            model, budget = trilemma.train_sctrilemma(a.copy(), context_key, 240.0, seed, kw, None, role)
+            scores = headline_scores(a, model, seed, label_key, context_key, symbol_key)
+            print(json.dumps({"tag": args.tag, "data": name, "seed": seed, **budget, **scores}), flush=True)
