@@ -5,12 +5,14 @@ trained), then ``get_normalized_expression(library_size=1e4)`` of every cell and
 ``differential_expression(groupby="cell_type")`` (one group against the rest, scvi-tools' defaults) are timed. Every
 run is a fresh process with torch's thread count pinned; rounds alternate the variants so that a change of load hits
 all of them. ``--baseline-src`` adds the same SCTrilemma measurement with another checkout's ``src`` (e.g. a
-``git worktree`` of an earlier commit) for a before/after comparison.
+``git worktree`` of an earlier commit) for a before/after comparison; ``--bf16`` adds SCTrilemma with
+``model.precision = "bf16"`` (bf16 autocast on the CPU), with the cosine of each cell's normalised expression and
+embedding to fp32.
 
 The decoding rate is given in GFLOP/s (the decoder's multiply-adds for every gene of every cell) and as a share of
 the fp32 GEMM rate that ``benchmarks/roofline.py`` measured at the same thread count.
 
-Usage: ``python benchmarks/expression_speed.py [--threads 2] [--rounds 2] [--baseline-src DIR] [--json PATH]``.
+Usage: ``python benchmarks/expression_speed.py [--threads 2] [--rounds 2] [--baseline-src DIR] [--bf16] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ def decoding_flops_per_cell(module) -> float:
     return module.n_input * per_gene
 
 
+def min_row_cosine(a, b) -> float:
+    """The smallest cosine similarity between corresponding rows of two arrays."""
+    import numpy as np
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
+
+
 def child(method: str, threads: int) -> dict:
     """Train briefly, then time both calls; one process per measurement."""
     import warnings
@@ -70,13 +80,22 @@ def child(method: str, threads: int) -> dict:
         model.train(max_steps=TRAINING_STEPS, early_stopping=False, enable_progress_bar=False)
         flops = decoding_flops_per_cell(model.module)
     torch.set_num_threads(threads)  # training may have tuned it
+    cosines = {}
+    if method == "sctrilemma_bf16":  # fp32 outputs first, untimed, to compare with
+        fp32 = model.get_normalized_expression(library_size=1e4, return_numpy=True), model.get_latent_representation()
+        model.precision = "bf16"
     start = time.perf_counter()
-    model.get_normalized_expression(library_size=1e4)
+    expression = model.get_normalized_expression(library_size=1e4, return_numpy=True)
     expression_s = time.perf_counter() - start
+    if method == "sctrilemma_bf16":
+        cosines = {
+            "min_cosine_expression": min_row_cosine(expression, fp32[0]),
+            "min_cosine_embedding": min_row_cosine(model.get_latent_representation(), fp32[1]),
+        }
     start = time.perf_counter()
     model.differential_expression(groupby="cell_type", silent=True)
     de_s = time.perf_counter() - start
-    row = {"method": method, "threads": threads, "expression_s": expression_s, "de_s": de_s}
+    row = {"method": method, "threads": threads, "expression_s": expression_s, "de_s": de_s, **cosines}
     if flops is not None:
         row["decode_gflop_per_cell"] = flops / 1e9
         row["n_cells"] = adata.n_obs
@@ -119,6 +138,13 @@ def summary(rows: list[dict], gemm_gflops: float | None) -> str:
             gflops = f"{rate:.0f}"
             share = "–" if gemm_gflops is None else f"{rate / gemm_gflops:.2f}"
         lines.append(f"| {variant} | {stat(expression)} | {stat(de)} | {ratio_e} | {ratio_d} | {gflops} | {share} |")
+    for variant, runs in by_variant.items():
+        if "min_cosine_expression" in runs[0]:
+            expression = min(r["min_cosine_expression"] for r in runs)
+            embedding = min(r["min_cosine_embedding"] for r in runs)
+            lines.append(
+                f"\n{variant}: smallest cosine to fp32, expression {expression:.5f}, embedding {embedding:.5f}"
+            )
     return "\n".join(lines)
 
 
@@ -127,6 +153,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--baseline-src", default=None, help="another checkout's src directory, measured beside")
+    parser.add_argument("--bf16", action="store_true", help="also SCTrilemma with precision='bf16'")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--report", type=Path, default=None, help="print the table of a saved --json file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -141,10 +168,12 @@ def main() -> None:
     variants = [("sctrilemma", None), ("scvi", None)]
     if args.baseline_src is not None:
         variants.insert(1, ("sctrilemma_baseline", args.baseline_src))
+    if args.bf16:
+        variants.insert(1, ("sctrilemma_bf16", None))
     rows = []
     for round_ in range(args.rounds):
         for variant, src in variants:
-            method = "scvi" if variant == "scvi" else "sctrilemma"
+            method = variant if variant in ("scvi", "sctrilemma_bf16") else "sctrilemma"
             row = {"variant": variant, "round": round_, **run_child(method, args.threads, src)}
             print(json.dumps(row), flush=True)
             rows.append(row)

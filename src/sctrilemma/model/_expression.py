@@ -116,9 +116,10 @@ class ExpressionMixin:
         """Arithmetic of embedding and reconstruction (not of training), one of ``"auto"``, ``"fp32"`` or ``"bf16"``.
 
         ``"auto"`` (the default) is bf16 autocast on CUDA and fp32 on CPU; ``"bf16"`` also uses bf16 on
-        CPUs, several times faster on those with AMX or AVX-512 BF16, with embeddings at cosine
-        similarity above 0.999 to fp32 in ``benchmarks/vs_reference.py``. A runtime setting, not saved
-        with the model. Set it before :meth:`get_latent_representation` or :meth:`get_normalized_expression`.
+        CPUs. On those with AMX or AVX-512 BF16 it embeds paper-sized models several times faster, at cosine
+        similarity above 0.999 to fp32 (``benchmarks/vs_reference.py``); the small preset gains nothing from it.
+        A runtime setting, not saved with the model. Set it before :meth:`get_latent_representation` or
+        :meth:`get_normalized_expression`.
         """
         return self.module.precision
 
