@@ -1,65 +1,86 @@
 """Scratch: a decoder without a feed-forward layer, decoded in the K-token space (never forming (cell, gene, d)).
 
 logits = R (e ⊙ m) + softmax((E (m ⊙ A)) / rms + b) (V Rᵀ) + R (out_bias + β) + r, with rms² = (E² m²)/d + eps.
-Checks equality with the module's _decode_fast and times both on Kang (trained briefly), 2 threads.
+Checks equality with the module's evaluation path and times both on Kang (trained briefly), 2 threads. Run from the
+repository root with ``decoder_ffn_env.patch`` applied.
 """
-import os, time, json, warnings
-warnings.filterwarnings("ignore")
-os.environ["SCTRI_DEC_FFN"] = "0"
-import torch, anndata as ad, numpy as np
-import torch.nn.functional as F
+
+import json
+import os
+import time
+import warnings
+
+os.environ["SCTRI_DEC_FFN"] = "0"  # read when the module is built
+
+import anndata as ad
+import numpy as np
+import torch
+
 from sctrilemma import SCTrilemma
+from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
+
+warnings.filterwarnings("ignore")
+
 
 def decode_tokens(decoder, z_tokens, pooled, gene_embedding, cells_per_chunk=16):
+    """Logits ``(cells, genes, 2)`` of every gene, by chunks of cells, in the space of the K tokens."""
     block = decoder.blocks[0]
-    att = block.attention
-    G = gene_embedding.num_embeddings
-    E = decoder.gene_queries(torch.arange(G), gene_embedding).float()          # (G, d)
-    E2 = E.square()
-    d = E.shape[1]
+    attention = block.attention
+    n_genes = gene_embedding.num_embeddings
+    genes = decoder.gene_queries(torch.arange(n_genes), gene_embedding).float()  # (G, d)
+    genes_squared = genes.square()
+    width = genes.shape[1]
     eps = block.norm_queries.eps or torch.finfo(torch.float32).eps
-    m = decoder.query_router.modulation(pooled)[:, 0, :]                       # (B, d)
-    A, b, V = att.fold_context(block.norm_context(z_tokens), block.norm_queries.weight)  # (B,d,K) (B,1,K) (B,K,d)
-    R, r = decoder.count_head.weight, decoder.count_head.bias                  # (2,d), (2,)
-    const = R @ (att.to_out.bias + block.ffn.proj_out.bias) + r                # (2,)
-    VR = V @ R.t()                                                             # (B, K, 2)
-    B, K = z_tokens.shape[0], A.shape[-1]
-    out = torch.empty(B, G, 2)
-    for s in range(0, B, cells_per_chunk):
-        c = slice(s, s + cells_per_chunk); n = min(B, s + cells_per_chunk) - s
-        mc = m[c]
-        W = torch.cat([mc[:, :, None] * A[c], mc[:, :, None] * R.t()[None]], dim=2)   # (n, d, K+2)
-        W = W.permute(1, 0, 2).reshape(d, n * (K + 2))
-        P = (E @ W).view(G, n, K + 2)                                           # (G, n, K+2)
-        inv = torch.rsqrt(E2 @ mc.square().t() / d + eps)                       # (G, n)
-        scores = P[..., :K] * inv[..., None] + b[c, 0][None]                    # (G, n, K)
-        p = torch.softmax(scores, dim=-1)
-        logits = P[..., K:] + torch.einsum("gnk,nko->gno", p, VR[c]) + const
-        out[c] = logits.transpose(0, 1)
+    modulation = decoder.query_router.modulation(pooled)[:, 0, :]  # (B, d)
+    keys, key_bias, values = attention.fold_context(block.norm_context(z_tokens), block.norm_queries.weight)
+    head, head_bias = decoder.count_head.weight, decoder.count_head.bias  # (2, d), (2,)
+    constant = head @ (attention.to_out.bias + block.ffn.proj_out.bias) + head_bias
+    values_read = values @ head.t()  # (B, K, 2)
+    n_cells, n_tokens = z_tokens.shape[0], keys.shape[-1]
+    out = torch.empty(n_cells, n_genes, 2)
+    for start in range(0, n_cells, cells_per_chunk):
+        chunk = slice(start, start + cells_per_chunk)
+        n = min(n_cells, start + cells_per_chunk) - start
+        m = modulation[chunk]
+        maps = torch.cat([m[:, :, None] * keys[chunk], m[:, :, None] * head.t()[None]], dim=2)  # (n, d, K + 2)
+        products = (genes @ maps.permute(1, 0, 2).reshape(width, n * (n_tokens + 2))).view(n_genes, n, n_tokens + 2)
+        inverse_rms = torch.rsqrt(genes_squared @ m.square().t() / width + eps)  # (G, n)
+        scores = products[..., :n_tokens] * inverse_rms[..., None] + key_bias[chunk, 0][None]
+        weights = torch.softmax(scores, dim=-1)
+        logits = products[..., n_tokens:] + torch.einsum("gnk,nko->gno", weights, values_read[chunk]) + constant
+        out[chunk] = logits.transpose(0, 1)
     return out
 
+
 torch.set_num_threads(2)
-a = ad.read_h5ad("../shared/data/kang2018_pbmc_ctrl.h5ad"); a.obs_names_make_unique()
-SCTrilemma.setup_anndata(a, donor_key="donor")
-mdl = SCTrilemma(a, preset="small"); mdl.train(max_steps=30, enable_progress_bar=False)
+adata = ad.read_h5ad("../shared/data/kang2018_pbmc_ctrl.h5ad")
+adata.obs_names_make_unique()
+SCTrilemma.setup_anndata(adata, donor_key="donor")
+model = SCTrilemma(adata, preset="small")
+model.train(max_steps=30, enable_progress_bar=False)
 torch.set_num_threads(2)
-mod = mdl.module.eval()
-dl = mdl._make_data_loader(adata=a, indices=np.arange(1024), batch_size=1024)
-tensors = next(iter(dl))
-from sctrilemma.module._module import KEYS
+module = model.module.eval()
+tensors = next(iter(model._make_data_loader(adata=adata, indices=np.arange(1024), batch_size=1024)))
 with torch.no_grad():
-    out = mod.inference(**mod._get_inference_input(tensors))
-z, pooled = out[KEYS.Z_TOKENS_KEY], out["z"]
-dec, ge = mod.decoder, mod.gene_embedding
-genes = torch.arange(a.n_vars)
+    inferred = module.inference(**module._get_inference_input(tensors))
+z, pooled = inferred[KEYS.Z_TOKENS_KEY], inferred["z"]
+decoder, table = module.decoder, module.gene_embedding
+all_genes = torch.arange(adata.n_vars)
 with torch.no_grad():
-    ref = dec(z, pooled, genes, ge)
-    new = decode_tokens(dec, z, pooled, ge)
-    print("max abs diff", float((ref - new).abs().max()), "ref scale", float(ref.abs().max()))
-    res = {}
-    for name, fn in [("fast_module", lambda: dec(z, pooled, genes, ge)), ("tokens", lambda: decode_tokens(dec, z, pooled, ge))]:
-        fn(); ts = []
+    reference = decoder(z, pooled, all_genes, table)
+    tokens = decode_tokens(decoder, z, pooled, table)
+    print("max abs diff", float((reference - tokens).abs().max()), "ref scale", float(reference.abs().max()))
+    seconds = {}
+    ways = {
+        "fast_module": lambda: decoder(z, pooled, all_genes, table),
+        "tokens": lambda: decode_tokens(decoder, z, pooled, table),
+    }
+    for name, decode in ways.items():
+        decode()
+        times = []
         for _ in range(3):
-            t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
-        res[name] = round(min(ts), 3)
-    print(json.dumps({"cells": 1024, "genes": a.n_vars, **res}))
+            start = time.perf_counter()
+            decode()
+            times.append(time.perf_counter() - start)
+        seconds[name] = round(min(times), 3)
+    print(json.dumps({"cells": 1024, "genes": adata.n_vars, **seconds}))
