@@ -48,11 +48,11 @@ def decoding_flops_per_cell(module) -> float:
 
 
 def min_row_cosine(a, b) -> float:
-    """The smallest cosine similarity between corresponding rows of two arrays."""
-    import numpy as np
+    """The smallest cosine similarity between corresponding rows of two arrays (torch's, in float64)."""
+    import torch
 
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
+    rows = [torch.as_tensor(x, dtype=torch.float64) for x in (a, b)]
+    return float(torch.nn.functional.cosine_similarity(*rows, dim=1).min())
 
 
 def child(method: str, threads: int) -> dict:
