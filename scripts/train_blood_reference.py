@@ -12,8 +12,8 @@ where Kang gives them), and the study is the model's ``dataset_key``, so genes a
 taken as zeros. The model is ``SCTrilemma(preset="small")`` trained for its default length. Over the union it takes
 the user guide's recipe for references queried with other gene panels (``MODEL_OPTIONS``: the encoder reads every
 gene, and a random share of each training cell's genes is hidden from it); over the shared genes, which every query
-of these studies measures, it keeps the preset's defaults. The script then embeds the
-held-out donors zero-shot, transfers the reference donors' cell types to them, and writes ``model.safetensors``,
+of these studies measures, its gene embeddings start from the data. The script then embeds the held-out donors
+zero-shot, transfers the reference donors' cell types to them, and writes ``model.safetensors``,
 scvi-hub's metadata, the model card and ``metrics.json`` to ``--out``.
 
 Usage: ``python scripts/train_blood_reference.py [--data-dir ../shared/data] [--out blood_reference] [--seed 0]
@@ -48,9 +48,12 @@ QUERY_STUDY = "Kang2018"
 REFERENCE_CELLS_FILE = "reference_cells.h5ad"
 # The model's options per gene rule: on the union a query of one study measures a small part of the genes
 # (Kang's 2,511 of 21,893), which the preset's encoder was not trained for (benchmarks/results/zero_shot/summary.md).
+# Over the 2,349 shared genes the gene embeddings start from the data, as the preset starts them above 3,000 genes:
+# in 1,200 steps the reference sees each of its 12,457 cells about six times, where that start pays
+# (benchmarks/results/quality/NOTES.md, forty-third round).
 MODEL_OPTIONS: dict[str, dict] = {
     "union": {"encoder_genes": None, "gene_panel_min_fraction": 0.1},
-    "shared": {},
+    "shared": {"gene_embedding_init": "pca"},
 }
 GENE_RULES = {
     "union": "every gene that some study detected",
