@@ -211,7 +211,9 @@ def main() -> None:
         intended_use=(
             "Embedding human blood and PBMC cells zero-shot, and transferring the four Kang 2018 cell types "
             "(CD4 T, CD14+ monocytes, B, NK) with an unknown class. Not validated on other tissues or species; cell "
-            "types other than these four are reported as unknown, not named."
+            "types other than these four are reported as unknown, not named. Only Kang's cells are labelled, and the "
+            "studies mix in part (a few per cent of a reference cell's neighbours come from another study): check the "
+            "unknown rate of a query from another chemistry before trusting its labels."
         ),
         metrics=summary,
         tissues=["blood"],
