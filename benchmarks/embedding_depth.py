@@ -1,6 +1,7 @@
 """The common-depth embedding, measured paired: the same trained model embedded at several depths and unthinned.
 
-Each data set and seed trains one SCTrilemma (small preset) as ``trilemma.py`` does (``max_time``), then embeds every
+Each data set and seed trains one SCTrilemma (small preset) as ``trilemma.py`` does (``max_time``, the context
+given as its donors or datasets by ``CONTEXT_ROLES``), then embeds every
 cell unthinned (``embedding_depth`` 0) and thinned to each ``--quantiles`` of the data's depths
 (:func:`~sctrilemma.module.thin_to_depth`, as the small preset embeds at its 0.1), and scores all embeddings with the
 same scorecard samples. Prints each variant's mean ± SD over seeds of its difference to the unthinned embedding.
@@ -20,7 +21,7 @@ import anndata as ad
 import numpy as np
 import pandas as pd
 import torch
-from trilemma import DATASETS, TRAINING_THREADS, train_sctrilemma
+from trilemma import DATASETS, TRAINING_THREADS, default_context_role, train_sctrilemma
 
 from sctrilemma.benchmark import Scorecard
 
@@ -34,7 +35,9 @@ def run(path: Path, seed: int, budget_s: float, quantiles: list[float], n_repeat
     adata = ad.read_h5ad(path)
     adata.obs_names_make_unique()
     adata.obs[context_key] = adata.obs[context_key].astype(str)
-    model, budget = train_sctrilemma(adata.copy(), context_key, budget_s, seed)
+    model, budget = train_sctrilemma(
+        adata.copy(), context_key, budget_s, seed, context_role=default_context_role(path.name)
+    )
     depths = np.asarray(adata.X.sum(1)).ravel()
     variants = {"unthinned": 0.0, **{f"q{q}": float(np.quantile(depths, q)) for q in quantiles}}
     for name, depth in variants.items():
