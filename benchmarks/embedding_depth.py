@@ -54,16 +54,16 @@ def run(path: Path, seed: int, budget_s: float, quantiles: list[float], n_repeat
     ]  # fmt: skip
 
 
-def paired_table(rows: list[dict]) -> str:
-    """Each variant's mean ± SD over seeds of its difference to the unthinned embedding, per data set and metric."""
+def paired_table(rows: list[dict], baseline: str = "unthinned") -> str:
+    """Each variant's mean ± SD over seeds of its difference to ``baseline``, per data set and metric."""
     scores = pd.DataFrame(rows).pivot_table(index=["dataset", "seed", "metric"], columns="variant", values="value")
     lines = []
-    for variant in (v for v in scores.columns if v != "unthinned"):
-        difference = (scores[variant] - scores["unthinned"]).groupby(["dataset", "metric"]).agg(["mean", "std"])
+    for variant in (v for v in scores.columns if v != baseline):
+        difference = (scores[variant] - scores[baseline]).groupby(["dataset", "metric"]).agg(["mean", "std"])
         table = difference.apply(lambda r: f"{r['mean']:+.3f} ± {r['std']:.3f}", axis=1).unstack("metric")
-        lines.append(f"### {variant} minus unthinned\n\n{table.to_markdown()}\n")
-    base = scores["unthinned"].groupby(["dataset", "metric"]).mean().unstack("metric")
-    lines.append(f"### unthinned (mean over seeds)\n\n{base.round(3).to_markdown()}\n")
+        lines.append(f"### {variant} minus {baseline}\n\n{table.to_markdown()}\n")
+    base = scores[baseline].groupby(["dataset", "metric"]).mean().unstack("metric")
+    lines.append(f"### {baseline} (mean over seeds)\n\n{base.round(3).to_markdown()}\n")
     return "\n".join(lines)
 
 

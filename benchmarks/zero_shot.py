@@ -134,12 +134,17 @@ def transfer_accuracy(reference_embedding: np.ndarray, reference: ad.AnnData, em
     return label_transfer_figures(result, query)
 
 
-def study_mixing(embedding: np.ndarray, studies: np.ndarray, n_neighbors: int = 15) -> float:
-    """Mean fraction of a reference cell's ``n_neighbors`` nearest neighbours that come from another study."""
+def other_study_shares(embedding: np.ndarray, studies: np.ndarray, n_neighbors: int = 15) -> np.ndarray:
+    """Per cell, the fraction of its ``n_neighbors`` nearest neighbours that come from another study."""
     from sklearn.neighbors import NearestNeighbors
 
     neighbours = NearestNeighbors(n_neighbors=n_neighbors + 1).fit(embedding).kneighbors(embedding)[1][:, 1:]
-    return float((studies[neighbours] != studies[:, None]).mean())
+    return (studies[neighbours] != studies[:, None]).mean(axis=1)
+
+
+def study_mixing(embedding: np.ndarray, studies: np.ndarray, n_neighbors: int = 15) -> float:
+    """Mean fraction of a reference cell's ``n_neighbors`` nearest neighbours that come from another study."""
+    return float(other_study_shares(embedding, studies, n_neighbors).mean())
 
 
 def run(

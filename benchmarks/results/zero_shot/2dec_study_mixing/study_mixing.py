@@ -4,7 +4,7 @@ Trains the reference as ``scripts/train_blood_reference.py --genes shared`` does
 thread, and prints one JSON line: the share of a reference cell's 15 nearest neighbours (over all 12,457 reference
 cells) from another study, overall and per study, beside the zero-shot figures on Kang's held-out donors.
 
-Usage (repository root): ``python .../study_mixing.py --seed 0 [--model '{"gene_embedding_init": "normal"}']``.
+Usage (repository root): ``python .../study_mixing.py --seed 0 [--model '{"gene_embedding_init": "pca"}']``.
 """
 
 import argparse
@@ -16,10 +16,10 @@ import warnings
 import numpy as np
 import scvi
 import torch
-from sklearn.neighbors import NearestNeighbors
 
 sys.path[:0] = ["scripts", "benchmarks"]
 from train_blood_reference import load_blood_data, query_cells, reference_cells, zero_shot_figures  # noqa: E402
+from zero_shot import other_study_shares  # noqa: E402
 
 from sctrilemma import SCTrilemma  # noqa: E402
 
@@ -40,8 +40,7 @@ model.train(enable_progress_bar=False)
 row = {"seed": args.seed, "model": options, "train_s": round(time.perf_counter() - start, 1)}
 embedding = model.get_latent_representation()
 studies = reference.obs["study"].astype(str).to_numpy()
-neighbours = NearestNeighbors(n_neighbors=16).fit(embedding).kneighbors(embedding)[1][:, 1:]
-other = (studies[neighbours] != studies[:, None]).mean(axis=1)
+other = other_study_shares(embedding, studies)
 row["other_study_share"] = round(float(other.mean()), 4)
 row["other_study_share_by_study"] = {
     study: round(float(other[studies == study].mean()), 4) for study in np.unique(studies)
