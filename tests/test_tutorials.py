@@ -17,6 +17,16 @@ KERNEL_STARTUP_TIMEOUT_S = 20 * 60
 IOPUB_TIMEOUT_S = 5 * 60
 # Cells that cannot run here (e.g. the real Census on GPUs) carry this tag; nbclient skips them too.
 SKIP_TAG = "skip-execution"
+# A notebook's settings live in one code cell with this tag (papermill's convention).
+PARAMETERS_TAG = "parameters"
+# Shorter settings for the test's run, assigned in a cell inserted after the notebook's parameters cell, as papermill
+# does: the run checks that every cell still works with the installed package, while the committed outputs (checked by
+# `test_tutorial_is_committed_executed`) come from the full settings. This keeps the two longest notebooks to a few
+# minutes of CI.
+TEST_PARAMETERS = {
+    "01_quickstart": {"max_epochs": 2},
+    "03_scorecard": {"max_epochs": 2, "n_repeats": 1},
+}
 
 
 def _code_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
@@ -26,6 +36,25 @@ def _code_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
         for cell in notebook.cells
         if cell.cell_type == "code" and SKIP_TAG not in cell.get("metadata", {}).get("tags", [])
     ]
+
+
+def _parameters_cell_index(notebook: nbformat.NotebookNode) -> int:
+    """The index of the notebook's one cell tagged ``parameters``."""
+    tagged = [i for i, cell in enumerate(notebook.cells) if PARAMETERS_TAG in cell.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, f"expected one cell tagged {PARAMETERS_TAG!r}, found {len(tagged)}"
+    return tagged[0]
+
+
+def _with_test_parameters(notebook: nbformat.NotebookNode, overrides: dict) -> nbformat.NotebookNode:
+    """``notebook`` with a cell assigning ``overrides`` inserted after its parameters cell, which must define them."""
+    index = _parameters_cell_index(notebook)
+    defined: dict = {}
+    exec(notebook.cells[index].source, defined)  # plain assignments of the notebook's settings
+    missing = sorted(set(overrides) - set(defined))
+    assert not missing, f"the parameters cell does not define {missing}"
+    source = "\n".join(f"{name} = {value!r}" for name, value in overrides.items())
+    notebook.cells.insert(index + 1, nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]}))
+    return notebook
 
 
 def test_tutorials_exist() -> None:
@@ -45,10 +74,23 @@ def test_tutorial_is_committed_executed(path: Path) -> None:
     assert not errors, f"{path.name} has error outputs: {[e.ename for e in errors]}"
 
 
+@pytest.mark.parametrize("name", sorted(TEST_PARAMETERS))
+def test_test_parameters_name_the_notebooks_settings(name: str) -> None:
+    """The shorter settings of the test's run replace settings the notebook defines, and are smaller."""
+    notebook = nbformat.read(TUTORIALS[0].parent / f"{name}.ipynb", as_version=4)
+    defined: dict = {}
+    exec(notebook.cells[_parameters_cell_index(notebook)].source, defined)
+    for parameter, value in TEST_PARAMETERS[name].items():
+        assert parameter in defined, f"{name}'s parameters cell does not define {parameter!r}"
+        assert value < defined[parameter], f"{parameter}: the test's {value} is not shorter than {defined[parameter]}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda path: path.stem)
 def test_tutorial_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Execute the notebook from a clean kernel in a temporary directory (its files land there).
+
+    A notebook in ``TEST_PARAMETERS`` runs with those shorter settings.
 
     The kernel computes on one thread, as the fast tests do (``conftest.py``): with other jobs on a 2-core machine,
     two OpenMP threads per process spin at every barrier, and the quick start ran several times slower. numba is
@@ -61,6 +103,8 @@ def test_tutorial_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
 
     notebook = nbformat.read(path, as_version=4)
+    if path.stem in TEST_PARAMETERS:
+        notebook = _with_test_parameters(notebook, TEST_PARAMETERS[path.stem])
     client = NotebookClient(
         notebook,
         timeout=CELL_TIMEOUT_S,
