@@ -8,8 +8,8 @@ import nbformat
 import pytest
 
 TUTORIALS = sorted((Path(__file__).parents[1] / "tutorials").glob("*.ipynb"))
-# Guards against a hung kernel only, far above normal: the quick start's training cell takes about 5 minutes alone
-# but took 24 minutes in the committed run on a shared 2-core machine, past the former 900 s limit.
+# Guards against a hung kernel only, far above normal: the quick start's full-length training cell once took 24 minutes
+# on a shared 2-core machine, past the former 900 s limit.
 CELL_TIMEOUT_S = 3 * 60 * 60
 # nbclient waits 60 s by default for a new kernel to answer; a loaded machine can take longer to start one.
 KERNEL_STARTUP_TIMEOUT_S = 20 * 60
@@ -45,13 +45,18 @@ def _parameters_cell_index(notebook: nbformat.NotebookNode) -> int:
     return tagged[0]
 
 
+def _notebook_settings(notebook: nbformat.NotebookNode) -> dict:
+    """The names and values the notebook's parameters cell assigns (plain assignments of its settings)."""
+    defined: dict = {}
+    exec(notebook.cells[_parameters_cell_index(notebook)].source, defined)
+    return {name: value for name, value in defined.items() if name != "__builtins__"}
+
+
 def _with_test_parameters(notebook: nbformat.NotebookNode, overrides: dict) -> nbformat.NotebookNode:
     """``notebook`` with a cell assigning ``overrides`` inserted after its parameters cell, which must define them."""
-    index = _parameters_cell_index(notebook)
-    defined: dict = {}
-    exec(notebook.cells[index].source, defined)  # plain assignments of the notebook's settings
-    missing = sorted(set(overrides) - set(defined))
+    missing = sorted(set(overrides) - set(_notebook_settings(notebook)))
     assert not missing, f"the parameters cell does not define {missing}"
+    index = _parameters_cell_index(notebook)
     source = "\n".join(f"{name} = {value!r}" for name, value in overrides.items())
     notebook.cells.insert(index + 1, nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]}))
     return notebook
@@ -77,9 +82,7 @@ def test_tutorial_is_committed_executed(path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(TEST_PARAMETERS))
 def test_test_parameters_name_the_notebooks_settings(name: str) -> None:
     """The shorter settings of the test's run replace settings the notebook defines, and are smaller."""
-    notebook = nbformat.read(TUTORIALS[0].parent / f"{name}.ipynb", as_version=4)
-    defined: dict = {}
-    exec(notebook.cells[_parameters_cell_index(notebook)].source, defined)
+    defined = _notebook_settings(nbformat.read(TUTORIALS[0].parent / f"{name}.ipynb", as_version=4))
     for parameter, value in TEST_PARAMETERS[name].items():
         assert parameter in defined, f"{name}'s parameters cell does not define {parameter!r}"
         assert value < defined[parameter], f"{parameter}: the test's {value} is not shorter than {defined[parameter]}"
