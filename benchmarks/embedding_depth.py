@@ -1,10 +1,9 @@
 """The common-depth embedding, measured paired: the same trained model embedded at several depths and unthinned.
 
-Each data set and seed trains one SCTrilemma (small preset) as ``trilemma.py`` does (``max_time``, the context
-given as its donors or datasets by ``CONTEXT_ROLES``), then embeds every
-cell unthinned (``embedding_depth`` 0) and thinned to each ``--quantiles`` of the data's depths
-(:func:`~sctrilemma.module.thin_to_depth`, as the small preset embeds at its 0.1), and scores all embeddings with the
-same scorecard samples. Prints each variant's mean ± SD over seeds of its difference to the unthinned embedding.
+Each data set and seed trains one SCTrilemma (small preset) as ``trilemma.py`` does (``max_time``, the context given
+as its donors or datasets by ``CONTEXT_ROLES``), then embeds every cell unthinned (``embedding_depth`` 0) and thinned
+to each ``--quantiles`` of the data's depths (:func:`~sctrilemma.module.thin_to_depth`, as the small preset embeds at
+its 0.1), and scores all embeddings with the same scorecard samples. Prints each variant's mean ± SD over seeds of its difference to the unthinned embedding.
 
 Usage::
 
@@ -16,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anndata as ad
 import numpy as np
@@ -25,12 +25,15 @@ from trilemma import DATASETS, TRAINING_THREADS, default_context_role, train_sct
 
 from sctrilemma.benchmark import Scorecard
 
+if TYPE_CHECKING:
+    from sctrilemma import SCTrilemma
+
 METRICS = ("nmi", "ari", "bras", "depth_r2", "asw_label")
 
 
-def run(path: Path, seed: int, budget_s: float, quantiles: list[float], n_repeats: int) -> list[dict]:
-    """Scores of the unthinned embedding and of each quantile's, for one data set and seed."""
-    label_key, context_key, _ = DATASETS[path.name]
+def trained(path: Path, seed: int, budget_s: float) -> tuple[ad.AnnData, SCTrilemma, int]:
+    """One data set read as ``trilemma.py`` reads it, and an SCTrilemma trained on a copy: ``(adata, model, steps)``."""
+    _, context_key, _ = DATASETS[path.name]
     torch.set_num_threads(TRAINING_THREADS)  # scoring the previous seed may have raised PyTorch's thread count
     adata = ad.read_h5ad(path)
     adata.obs_names_make_unique()
@@ -38,20 +41,34 @@ def run(path: Path, seed: int, budget_s: float, quantiles: list[float], n_repeat
     model, budget = train_sctrilemma(
         adata.copy(), context_key, budget_s, seed, context_role=default_context_role(path.name)
     )
+    return adata, model, budget["steps"]
+
+
+def scored_rows(
+    adata: ad.AnnData, variants: list[str], path: Path, seed: int, steps: int, n_repeats: int
+) -> list[dict]:
+    """The ``METRICS`` of each embedding ``adata.obsm[variant]``, all scored on the same scorecard samples."""
+    label_key, context_key, _ = DATASETS[path.name]
+    card = Scorecard(adata, variants, label_key, context_key, n_repeats=n_repeats, seed=seed, progress_bar=False)
+    card.benchmark()
+    results = card.get_results()
+    results = results[results["metric"].isin(METRICS)]
+    return [
+        {"dataset": path.name, "seed": seed, "steps": steps, "variant": row.method, "metric": row.metric,
+         "value": float(row.mean)}
+        for row in results.itertuples()
+    ]  # fmt: skip
+
+
+def run(path: Path, seed: int, budget_s: float, quantiles: list[float], n_repeats: int) -> list[dict]:
+    """Scores of the unthinned embedding and of each quantile's, for one data set and seed."""
+    adata, model, steps = trained(path, seed, budget_s)
     depths = np.asarray(adata.X.sum(1)).ravel()
     variants = {"unthinned": 0.0, **{f"q{q}": float(np.quantile(depths, q)) for q in quantiles}}
     for name, depth in variants.items():
         model.module.embedding_depth.fill_(depth)
         adata.obsm[name] = model.get_latent_representation()
-    card = Scorecard(adata, list(variants), label_key, context_key, n_repeats=n_repeats, seed=seed, progress_bar=False)
-    card.benchmark()
-    results = card.get_results()
-    results = results[results["metric"].isin(METRICS)]
-    return [
-        {"dataset": path.name, "seed": seed, "steps": budget["steps"], "variant": row.method, "metric": row.metric,
-         "value": float(row.mean)}
-        for row in results.itertuples()
-    ]  # fmt: skip
+    return scored_rows(adata, list(variants), path, seed, steps, n_repeats)
 
 
 def paired_table(rows: list[dict], baseline: str = "unthinned") -> str:

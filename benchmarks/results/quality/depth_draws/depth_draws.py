@@ -16,14 +16,11 @@ import argparse
 import json
 from pathlib import Path
 
-import anndata as ad
 import numpy as np
 import torch
-from embedding_depth import METRICS, paired_table
-from trilemma import DATASETS, TRAINING_THREADS, default_context_role, train_sctrilemma
+from embedding_depth import paired_table, scored_rows, trained
 
 import sctrilemma.module._depth as depth_module
-from sctrilemma.benchmark import Scorecard
 
 _shipped_thin_cells = depth_module._thin_cells
 SALT = {"value": 0}
@@ -45,32 +42,15 @@ depth_module._thin_cells = _salted_thin_cells
 
 
 def run(path: Path, seed: int, budget_s: float, draws: list[int], n_repeats: int) -> list[dict]:
-    label_key, context_key, _ = DATASETS[path.name]
-    torch.set_num_threads(TRAINING_THREADS)
-    adata = ad.read_h5ad(path)
-    adata.obs_names_make_unique()
-    adata.obs[context_key] = adata.obs[context_key].astype(str)
-    model, budget = train_sctrilemma(
-        adata.copy(), context_key, budget_s, seed, context_role=default_context_role(path.name)
-    )
+    adata, model, steps = trained(path, seed, budget_s)
     embeddings = []
     for salt in range(max(draws)):
         SALT["value"] = salt
         embeddings.append(model.get_latent_representation())
     SALT["value"] = 0
-    names = []
     for n in draws:
         adata.obsm[f"draws{n}"] = np.mean(embeddings[:n], axis=0)
-        names.append(f"draws{n}")
-    card = Scorecard(adata, names, label_key, context_key, n_repeats=n_repeats, seed=seed, progress_bar=False)
-    card.benchmark()
-    results = card.get_results()
-    results = results[results["metric"].isin(METRICS)]
-    rows = [
-        {"dataset": path.name, "seed": seed, "steps": budget["steps"], "variant": row.method, "metric": row.metric,
-         "value": float(row.mean)}
-        for row in results.itertuples()
-    ]  # fmt: skip
+    rows = scored_rows(adata, [f"draws{n}" for n in draws], path, seed, steps, n_repeats)
     print(json.dumps(rows), flush=True)
     return rows
 
