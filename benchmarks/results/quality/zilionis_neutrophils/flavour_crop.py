@@ -27,17 +27,22 @@ for name in sys.argv[1:]:
             m = np.zeros(a.n_vars, bool); m[np.flatnonzero(seen)[hv]] = True; masks[flavour] = m
         except Exception as e:
             print(name, flavour, "failed:", str(e)[:80])
+    masks["seurat, then other genes"] = ("fill", masks["seurat (shipped)"])
     if a.n_vars <= 4000:
         masks = {"all genes": masks["all genes"]}
     for flavour, mask in masks.items():
-        sub = np.where(mask[None, :], thinned, -1)
+        if isinstance(mask, tuple):
+            mask = mask[1]
+            sub = np.where(thinned > 0, thinned + 1e6 * mask[None, :], -1)
+        else:
+            sub = np.where(mask[None, :], thinned, -1)
         top = np.argsort(-sub, axis=1, kind="stable")[:, :256]
         kept = np.zeros_like(logn)
         vals = np.take_along_axis(logn, top, axis=1) * (np.take_along_axis(sub, top, axis=1) > 0)
         np.put_along_axis(kept, top, vals, axis=1)
         z = PCA(50, random_state=0).fit_transform(kept)
         s = metrics.nmi_ari_kmeans(z, y)
-        extra = ""
+        extra = f" mean genes in crop {(vals > 0).sum(1).mean():.0f}"
         if "zilionis" in name:
-            extra = " NK markers kept: " + ",".join(g for g in ["NKG7", "KLRB1C", "TYROBP", "FCER1G", "KLRD1", "KLRK1", "CCL5", "GZMA"] if mask[a.var_names.get_loc(g)])
+            extra += " NK markers kept: " + ",".join(g for g in ["NKG7", "KLRB1C", "TYROBP", "FCER1G", "KLRD1", "KLRK1", "CCL5", "GZMA"] if mask[a.var_names.get_loc(g)])
         print(f"{name[:12]} {flavour:20s} NMI {s['nmi']:.3f} ARI {s['ari']:.3f}{extra}", flush=True)
