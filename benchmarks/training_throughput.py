@@ -101,7 +101,7 @@ def profile_child(dataset: str, threads: int, n_steps: int) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     import sctrilemma
-    from sctrilemma.module._depth import thin_counts
+    from sctrilemma.module._depth import encoder_training_input
     from sctrilemma.module._tokens import expressed_crop, target_sample
 
     warnings.filterwarnings("ignore")
@@ -117,8 +117,10 @@ def profile_child(dataset: str, threads: int, n_steps: int) -> dict:
     x = batch[REGISTRY_KEYS.X_KEY]
 
     def per_gene_work() -> None:
-        thinned = thin_counts(x, module.min_depth_fraction)
-        expressed_crop(thinned, module.crop_size, random_ties=True, among=module._encoder_genes())
+        read, _ = encoder_training_input(
+            x, module.min_depth_fraction, module.gene_panel_min_fraction, module._encoder_genes()
+        )
+        expressed_crop(read, module.crop_size, random_ties=True)
         module.gene_detection.update(x)
         target_sample(x, module.n_decoder_targets, rare_genes=module.gene_detection.rare_genes())
 

@@ -52,6 +52,12 @@ def test_the_encoder_crop_takes_only_the_masked_genes(tiny):
     # the decoder's targets still cover every gene
     target = module._get_generative_input({REGISTRY_KEYS.X_KEY: x}, outputs)["target"]
     assert target.genes.max() >= 20
+    thinned = SCTrilemmaModule(50, n_decoder_targets=16, encoder_genes=20, min_depth_fraction=0.25, **tiny).train()
+    thinned.encoder_gene_mask[20:] = False
+    crop = thinned._regular_inference(x)[KEYS.CROP_KEY]
+    assert crop.genes[crop.mask].max() < 20
+    assert (crop.counts <= x.gather(1, crop.genes)).all()
+    assert (crop.counts < x.gather(1, crop.genes)).any()  # thinned
 
 
 def test_encoder_genes_needs_its_own_crop(tiny):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sctrilemma.module import SCTrilemmaModule, expressed_crop, target_sample
-from sctrilemma.module._depth import drop_genes, thin_counts
+from sctrilemma.module._depth import drop_genes, encoder_training_input, thin_counts
 
 
 def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.Tensor) -> None:
@@ -118,6 +118,47 @@ def test_a_cell_thinned_to_nothing_keeps_its_counts() -> None:
     assert torch.equal(thinned[:3], x[:3])
     assert (thinned[3] <= x[3]).all()
     assert torch.equal(x, original)
+
+
+def test_thinning_among_the_encoders_genes_thins_the_rest_of_the_depth_alike() -> None:
+    x = torch.poisson(torch.full((400, 50), 20.0), generator=torch.Generator().manual_seed(0))
+    among = torch.arange(0, 50, 5)  # ten genes read, 40 summed
+    torch.manual_seed(0)
+    read, library = encoder_training_input(x, 0.25, 1.0, among)
+    assert read.shape == (400, 10)
+    assert library.shape == (400, 1)
+    assert (read <= x[:, among]).all()
+    assert torch.equal(read, read.round())
+    rest = x.sum(1) - x[:, among].sum(1)
+    thinned_rest = library.squeeze(1) - read.sum(1)
+    assert (thinned_rest >= 0).all()
+    assert (thinned_rest <= rest).all()
+    # one depth fraction per cell for both parts: each part's kept share follows it
+    read_share, rest_share = read.sum(1) / x[:, among].sum(1), thinned_rest / rest
+    assert np.corrcoef(read_share, rest_share)[0, 1] > 0.9
+    # the same distribution of depths as thinning every gene
+    every_gene = thin_counts(x, 0.25).sum(1) / x.sum(1)
+    assert abs(float((library.squeeze(1) / x.sum(1)).mean() - every_gene.mean())) < 0.04
+    # without thinning the counts are the cell's; with genes dropped every gene is drawn, and the library is their sum
+    read, library = encoder_training_input(x, 1.0, 1.0, among)
+    assert torch.equal(read, x[:, among])
+    assert torch.equal(library, x.sum(1, keepdim=True))
+    torch.manual_seed(1)
+    dropped = drop_genes(x, 0.5)
+    torch.manual_seed(1)
+    read, library = encoder_training_input(x, 1.0, 0.5, among)
+    assert torch.equal(read, dropped[:, among])
+    assert torch.equal(library, dropped.sum(1, keepdim=True))
+
+
+def test_a_cell_thinned_to_nothing_among_the_encoders_genes_keeps_its_counts() -> None:
+    x = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 2.0], [400.0, 300.0, 500.0]])
+    torch.manual_seed(0)
+    read, library = encoder_training_input(x, 1e-30, 1.0, torch.tensor([0, 1]))
+    assert torch.equal(read[:2], x[:2, :2])
+    assert torch.equal(library[:2], x[:2].sum(1, keepdim=True))
+    assert (read[2] <= x[2, :2]).all()
+    assert library[2] <= x[2].sum()
 
 
 @pytest.mark.parametrize("augmentation", [{"min_depth_fraction": 0.25}, {"gene_panel_min_fraction": 0.2}])

@@ -318,15 +318,18 @@ class SCTrilemmaModule(
         """
         if crop is None and not self.training and self.embedding_depth > 0:
             x = thin_to_depth(x, float(self.embedding_depth))
+        library = x.sum(dim=1, keepdim=True)  # the library of the counts the encoder reads
         if crop is None:
             if not self.training:
                 crop = expressed_crop(x, self.crop_size, among=self._encoder_genes())
             elif self.n_decoder_targets is None:
                 crop = training_crop(x, self.crop_size)
             else:
-                x = encoder_training_input(x, self.min_depth_fraction, self.gene_panel_min_fraction)
-                crop = expressed_crop(x, self.crop_size, random_ties=True, among=self._encoder_genes())
-        q_mean, q_logvar = self.encode(crop, x.sum(dim=1, keepdim=True))  # the library of the counts the encoder read
+                among = self._encoder_genes()
+                read, library = encoder_training_input(x, self.min_depth_fraction, self.gene_panel_min_fraction, among)
+                crop = expressed_crop(read, self.crop_size, random_ties=True)
+                crop = crop if among is None else crop._replace(genes=among[crop.genes])
+        q_mean, q_logvar = self.encode(crop, library)
         q_std = torch.exp(0.5 * q_logvar)
         if n_samples > 1:
             z_tokens = Normal(q_mean, q_std).rsample((n_samples,))

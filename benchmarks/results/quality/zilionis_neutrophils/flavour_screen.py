@@ -1,25 +1,44 @@
 """Zilionis: the shipped encoder genes (Seurat flavour) against Pearson-residual variable genes, trained at 240 s."""
-import sys, json, warnings; warnings.filterwarnings("ignore")
-import anndata as ad, numpy as np, scanpy as sc, torch
+
+import json
+import sys
+import warnings
+
+import anndata as ad
+import numpy as np
+import scanpy as sc
+import torch
+
 sys.path.insert(0, "benchmarks")
 import trilemma
+
 from sctrilemma import metrics
 from sctrilemma.model import _gene_init
+
+warnings.filterwarnings("ignore")
+
 SHIPPED = _gene_init.most_variable_genes
+
 
 def pearson(counts, n_genes, *, max_cells=_gene_init.MAX_PCA_CELLS, seed=0):
     x = counts.toarray() if hasattr(counts, "toarray") else np.asarray(counts)
     seen = (x > 0).sum(0) >= 3
     c = ad.AnnData(x[:, seen].astype(np.float32))
-    hv = sc.experimental.pp.highly_variable_genes(c, n_top_genes=n_genes, flavor="pearson_residuals", inplace=False)["highly_variable"].values
-    m = np.zeros(x.shape[1], bool); m[np.flatnonzero(seen)[hv]] = True
+    hv = sc.experimental.pp.highly_variable_genes(c, n_top_genes=n_genes, flavor="pearson_residuals", inplace=False)[
+        "highly_variable"
+    ].values
+    m = np.zeros(x.shape[1], bool)
+    m[np.flatnonzero(seen)[hv]] = True
     return m
+
 
 name, arm, out = sys.argv[1], sys.argv[2], sys.argv[3]
 seeds = [int(s) for s in sys.argv[4:]]
 label, context, _ = trilemma.DATASETS[name]
 role = trilemma.default_context_role(name)
-a = ad.read_h5ad(f"../shared/data/{name}"); a.obs_names_make_unique(); a.obs[context] = a.obs[context].astype(str)
+a = ad.read_h5ad(f"../shared/data/{name}")
+a.obs_names_make_unique()
+a.obs[context] = a.obs[context].astype(str)
 for seed in seeds:
     _gene_init.most_variable_genes = pearson if arm == "pearson" else SHIPPED
     torch.set_num_threads(1)

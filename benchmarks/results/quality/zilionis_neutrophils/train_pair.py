@@ -1,15 +1,25 @@
 """Scratch: one seed of SCTrilemma (trilemma's training, 240 s) and scVI (240 s) on Zilionis, and the PCA; saves
 the embeddings. Usage (repository root): ``python .../train_pair.py SEED OUT_DIR``."""
-import sys, warnings, json
-import anndata as ad, numpy as np, torch
+
+import sys
+import warnings
+
+import anndata as ad
+import numpy as np
+import torch
+
 sys.path.insert(0, "benchmarks")
 import trilemma
-from sctrilemma.benchmark._baselines import scvi_baseline, pca_baseline
+
+from sctrilemma.benchmark._baselines import pca_baseline, scvi_baseline
+
 warnings.filterwarnings("ignore")
-seed = int(sys.argv[1]); out = sys.argv[2]
+seed = int(sys.argv[1])
+out = sys.argv[2]
 torch.set_num_threads(1)
 a = ad.read_h5ad("../shared/data/zilionis2019_mouse_lung_cluey.h5ad")
-a.obs_names_make_unique(); a.obs["Animal"] = a.obs["Animal"].astype(str)
+a.obs_names_make_unique()
+a.obs["Animal"] = a.obs["Animal"].astype(str)
 model, b = trilemma.train_sctrilemma(a.copy(), "Animal", 240.0, seed)
 np.save(f"{out}/sct_seed{seed}.npy", model.get_latent_representation())
 model.save(f"{out}/model_seed{seed}", overwrite=True)
