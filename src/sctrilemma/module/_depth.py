@@ -23,11 +23,12 @@ def thin_counts(x: torch.Tensor, min_fraction: float, generator: torch.Generator
 def encoder_training_input(
     x: torch.Tensor, min_depth_fraction: float, gene_panel_min_fraction: float, among: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training counts ``x`` as the encoder reads them, and their library over all genes, ``(batch, 1)``.
+    """The training counts the encoder reads, and their library over every gene, ``(batch, 1)``.
 
-    The counts are :func:`thin_counts`, then :func:`drop_genes` (each below 1), of the genes ``among`` (indices) or of
-    every gene. Thinned without dropping, only the genes ``among`` are drawn one by one and the rest of each cell's
-    depth in one binomial draw: the same distribution as thinning every gene, at a fraction of the cost on many genes.
+    ``x`` is thinned by :func:`thin_counts` and has genes dropped by :func:`drop_genes` (each where its fraction is
+    below 1); the counts returned are those of the genes ``among`` (indices), or of every gene. When thinned without
+    dropping, only the genes ``among`` are drawn one by one and the rest of each cell's depth in one binomial draw: the
+    same distribution as thinning every gene, at a fraction of the cost on many genes.
     """
     if among is not None and min_depth_fraction < 1.0 and gene_panel_min_fraction >= 1.0:
         return _thinned_among(x, min_depth_fraction, among)
