@@ -3,7 +3,8 @@
 Each data set and seed trains one SCTrilemma (small preset) as ``trilemma.py`` does (``max_time``, the context given
 as its donors or datasets by ``CONTEXT_ROLES``), then embeds every cell unthinned (``embedding_depth`` 0) and thinned
 to each ``--quantiles`` of the data's depths (:func:`~sctrilemma.module.thin_to_depth`, as the small preset embeds at
-its 0.1), and scores all embeddings with the same scorecard samples. Prints each variant's mean ± SD over seeds of its difference to the unthinned embedding.
+its 0.1), and scores all embeddings with the same scorecard samples. Prints each variant's mean ± SD over seeds of its
+difference to the unthinned embedding.
 
 Usage::
 
