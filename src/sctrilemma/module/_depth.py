@@ -39,19 +39,17 @@ def encoder_training_input(
     return (x if among is None else x[:, among]), x.sum(1, keepdim=True)
 
 
-def _thinned_among(
-    x: torch.Tensor, min_fraction: float, among: torch.Tensor, generator: torch.Generator | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _thinned_among(x: torch.Tensor, min_fraction: float, among: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`thin_counts` of the genes ``among``, and the library of every gene thinned alike.
 
     A sum of binomials with one rate is one binomial of the summed counts, so the genes outside ``among`` take a
     single draw per cell. A cell left without counts keeps its original ones, as in :func:`thin_counts`.
     """
-    fractions = _per_cell_fractions(x, min_fraction, generator)
+    fractions = _per_cell_fractions(x, min_fraction, None)
     read = x[:, among]
     rest = (x.sum(1, keepdim=True) - read.sum(1, keepdim=True)).round().clamp_min(0)
-    thinned = torch.binomial(read, fractions.expand_as(read), generator=generator)
-    library = thinned.sum(1, keepdim=True) + torch.binomial(rest, fractions, generator=generator)
+    thinned = torch.binomial(read, fractions.expand_as(read))
+    library = thinned.sum(1, keepdim=True) + torch.binomial(rest, fractions)
     emptied = library.squeeze(1) == 0
     if bool(emptied.any()):
         thinned[emptied] = read[emptied]

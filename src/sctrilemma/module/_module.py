@@ -318,7 +318,7 @@ class SCTrilemmaModule(
         """
         if crop is None and not self.training and self.embedding_depth > 0:
             x = thin_to_depth(x, float(self.embedding_depth))
-        library = x.sum(dim=1, keepdim=True)  # the library of the counts the encoder reads
+        library = None  # the library of the counts the encoder reads: theirs, unless thinned for training below
         if crop is None:
             if not self.training:
                 crop = expressed_crop(x, self.crop_size, among=self._encoder_genes())
@@ -329,7 +329,7 @@ class SCTrilemmaModule(
                 read, library = encoder_training_input(x, self.min_depth_fraction, self.gene_panel_min_fraction, among)
                 crop = expressed_crop(read, self.crop_size, random_ties=True)
                 crop = crop if among is None else crop._replace(genes=among[crop.genes])
-        q_mean, q_logvar = self.encode(crop, library)
+        q_mean, q_logvar = self.encode(crop, x.sum(dim=1, keepdim=True) if library is None else library)
         q_std = torch.exp(0.5 * q_logvar)
         if n_samples > 1:
             z_tokens = Normal(q_mean, q_std).rsample((n_samples,))
