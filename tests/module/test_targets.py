@@ -8,6 +8,7 @@ import torch
 
 from sctrilemma.module import SCTrilemmaModule, expressed_crop, target_sample
 from sctrilemma.module._depth import drop_genes, encoder_training_input, thin_counts
+from sctrilemma.module._tokens import _uniform_stratum
 
 
 def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.Tensor) -> None:
@@ -25,6 +26,49 @@ def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.
     top = counts.topk(16, dim=1).values
     assert torch.equal(sample.counts[:, :16].sort(1, descending=True).values, top)
     assert (sample.weights[:, :16] == 1).all()
+
+
+def test_a_stratum_a_cell_cannot_fill_is_masked() -> None:
+    x = torch.zeros(3, 200)
+    x[0] = 1.0  # every gene expressed: no zero-count gene to draw
+    x[1, :10] = 5.0  # fewer expressed genes than the top quarter holds: no other expressed gene
+    x[2, :40] = torch.arange(1.0, 41.0)
+    sample = target_sample(x, 64, generator=torch.Generator().manual_seed(0))
+    assert not sample.mask[0, 32:].any()
+    assert (sample.weights[0, 32:] == 0).all()
+    assert sample.mask[1, :10].all()
+    assert not sample.mask[1, 10:32].any()
+    assert (sample.weights[1, 16:32] == 0).all()
+    assert sample.mask[1, 32:].all()
+    assert sample.mask[2].all()
+    assert torch.equal(sample.counts[2, :16].sort().values, torch.arange(25.0, 41.0))
+
+
+@pytest.mark.parametrize("pool", [5, 16, 17, 40, 900])
+def test_each_stratum_is_a_uniform_sample_without_replacement(pool: int) -> None:
+    """Every eligible gene is drawn with probability ``n / pool`` and no gene twice, whatever the pool's size.
+
+    Pools a little larger than ``n`` exercise the redraw of cells whose ranks repeat too often.
+    """
+    n, n_genes, n_draws = 16, 1000, 4000
+    eligible = torch.zeros(2, n_genes, dtype=torch.bool)
+    eligible[0, torch.randperm(n_genes, generator=torch.Generator().manual_seed(0))[:pool]] = True
+    eligible[1] = True
+    generator = torch.Generator().manual_seed(1)
+    hits = torch.zeros(2, n_genes)
+    for _ in range(n_draws):
+        genes, mask, weight = _uniform_stratum(eligible, n, generator)
+        assert eligible.gather(1, genes)[mask].all()
+        for row in range(2):
+            chosen = genes[row][mask[row]]
+            assert chosen.unique().numel() == chosen.numel() == min(n, int(eligible[row].sum()))
+            hits[row, chosen] += 1
+    torch.testing.assert_close(weight[0], torch.full((n,), max(pool / n, 1.0)))
+    frequency = hits[0][eligible[0]] / n_draws
+    expected = min(n / pool, 1.0)
+    assert (frequency - expected).abs().max() < 5 * (expected * (1 - expected) / n_draws) ** 0.5 + 1e-6
+    assert hits[1].min() > 0
+    assert (hits[1] / n_draws - n / n_genes).abs().max() < 0.01
 
 
 def test_target_sample_weighted_sums_are_unbiased_for_sums_over_all_genes(counts: torch.Tensor) -> None:

@@ -103,17 +103,40 @@ def expressed_crop(
 
 
 def _uniform_stratum(
-    eligible: torch.Tensor, keys: torch.Tensor, n: int
+    eligible: torch.Tensor, n: int, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``n`` genes per cell drawn uniformly without replacement from its ``eligible`` ones.
 
     Returns their indices, their mask (``False`` where a cell has fewer than ``n``) and their inverse
-    inclusion probability ``(batch, n)``.
+    inclusion probability ``(batch, n)``. A cell's ``k``-th eligible gene is found by a binary search
+    of its running count of eligible genes, so no pass ranks every gene: ``2 n`` ranks are drawn with
+    replacement and the first ``n`` distinct ones kept, which is a uniform sample without replacement.
+    A cell with at most ``n`` eligible genes takes them all; one whose draws repeat too often to give
+    ``n`` distinct ranks draws again by ranking random keys over its genes.
     """
-    drawn = torch.where(eligible, keys, -1.0).topk(n, dim=1)
-    pool = eligible.sum(1, keepdim=True, dtype=torch.int32)
+    batch = eligible.shape[0]
+    running = eligible.cumsum(1, dtype=torch.int32)
+    pool = running[:, -1:]
+    draws = torch.rand(batch, 2 * n, generator=generator, device=eligible.device)
+    ranks = (draws * pool).to(torch.int32) + 1
+    # A rank repeats an earlier draw if a stable sort puts it right after an equal one.
+    ordered, order = ranks.sort(dim=1, stable=True)
+    repeat_sorted = torch.zeros_like(ordered, dtype=torch.bool)
+    repeat_sorted[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
+    first = ~torch.zeros_like(repeat_sorted).scatter_(1, order, repeat_sorted)
+    position_key = first * torch.arange(2 * n, 0, -1, device=eligible.device)
+    kept = position_key.topk(n, dim=1, sorted=True)
+    ranks = ranks.gather(1, kept.indices)
+    few = pool <= n  # every eligible gene, in gene order
+    ranks = torch.where(few, torch.arange(1, n + 1, device=eligible.device, dtype=torch.int32), ranks)
+    mask = ranks <= pool
+    genes = torch.searchsorted(running, ranks.minimum(pool.clamp_min(1))).clamp_max(eligible.shape[1] - 1).long()
+    redraw = (~few & (kept.values == 0).any(1, keepdim=True)).squeeze(1).nonzero().squeeze(1)
+    if redraw.numel():
+        keys = torch.rand(redraw.numel(), eligible.shape[1], generator=generator, device=eligible.device)
+        genes[redraw] = torch.where(eligible[redraw], keys, -1.0).topk(n, dim=1).indices
     weight = pool / pool.clamp(max=n).clamp_min(1)
-    return drawn.indices, drawn.values >= 0, weight.expand(-1, n)
+    return genes, mask, weight.expand(-1, n)
 
 
 def target_sample(
@@ -151,22 +174,23 @@ def target_sample(
         return GeneCrop(genes, x * mask, mask, mask.to(x.dtype))
     n_top, n_other = n_targets // 4, n_targets // 4
     n_zero = n_targets - n_top - n_other
-    keys = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)
     expressed = x > 0
     unexpressed = ~expressed if measured is None else ~expressed & measured
     # Most expressed first, equal counts in gene order: deterministic given x, so these genes have
-    # inclusion probability 1 (a random tie-break would make it less). -1 marks ineligible genes.
+    # inclusion probability 1 (a random tie-break would make it less). A cell with fewer than n_top
+    # expressed genes fills the rest with zero-count genes, which are masked.
     tie_break = 0.5 * torch.arange(n_genes, 0, -1, device=x.device, dtype=torch.float32) / n_genes
-    top = torch.where(expressed, x.float() + tie_break, -1.0).topk(n_top, dim=1)
-    chosen = torch.zeros_like(expressed).scatter_(1, top.indices, top.values >= 0)
-    strata = [(top.indices, top.values >= 0, torch.ones(batch, n_top, device=x.device))]
-    strata.append(_uniform_stratum(expressed & ~chosen, keys, n_other))
+    top = (x.float() + tie_break).topk(n_top, dim=1).indices
+    top_mask = x.gather(1, top) > 0
+    chosen = torch.zeros_like(expressed).scatter_(1, top, top_mask)
+    strata = [(top, top_mask, torch.ones(batch, n_top, device=x.device))]
+    strata.append(_uniform_stratum(expressed & ~chosen, n_other, generator))
     rare_index = None if rare_genes is None else rare_genes.nonzero().squeeze(1)
     if rare_index is None or rare_index.numel() == 0:
-        strata.append(_uniform_stratum(unexpressed, keys, n_zero))
+        strata.append(_uniform_stratum(unexpressed, n_zero, generator))
     else:
         n_rare = max(1, round(n_zero * RARE_ZERO_SHARE))
-        strata.append(_uniform_stratum(unexpressed & ~rare_genes, keys, n_zero - n_rare))
+        strata.append(_uniform_stratum(unexpressed & ~rare_genes, n_zero - n_rare, generator))
         # Rare genes are drawn with replacement from all of them and kept where the cell has none (Hansen-Hurwitz):
         # unbiased for the sum over the cell's rare zero-count genes without another pass over every gene.
         draws = torch.randint(rare_index.numel(), (batch, n_rare), generator=generator, device=x.device)
