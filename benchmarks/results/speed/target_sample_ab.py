@@ -2,12 +2,14 @@
 
 Usage (repository root): ``python benchmarks/results/speed/target_sample_ab.py --baseline-src OTHER/src
 [--rounds 15] [--threads 1]``. Each round times five calls of this checkout's ``target_sample`` and five of the
-baseline's, as a small-preset step calls it (512 targets, the data set's rare genes); the ratio is per round.
+baseline's, as a small-preset step calls it: 512 targets, and the data set's rare genes by this checkout's
+``RARE_GENE_DETECTION``. The ratio is per round.
 """
 
 import argparse
 import importlib.util
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +17,9 @@ import anndata as ad
 import numpy as np
 import torch
 
-DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from _speed import SHARED_DATA
+
 DATASETS = [
     "kang2018_pbmc_ctrl",
     "cellbench_lung_celllines",
@@ -42,10 +46,11 @@ def main() -> None:
     here = Path(__file__).resolve().parents[3] / "src"
     variants = {"baseline": tokens_module(args.baseline_src, "baseline_tokens"), "this": tokens_module(here, "tokens")}
     for name in DATASETS:
-        adata = ad.read_h5ad(DATA / f"{name}.h5ad")
+        adata = ad.read_h5ad(SHARED_DATA / f"{name}.h5ad")
         x = adata.X[:64]
         x = torch.tensor(x.toarray() if hasattr(x, "toarray") else x, dtype=torch.float32)
-        rare = torch.from_numpy(np.asarray((adata.X > 0).sum(0)).ravel() < 0.02 * adata.n_obs)
+        detected = np.asarray((adata.X > 0).sum(0)).ravel()
+        rare = torch.from_numpy(detected < variants["this"].RARE_GENE_DETECTION * adata.n_obs)
         ms: dict[str, list[float]] = {label: [] for label in variants}
         for _ in range(args.rounds):
             for label, module in variants.items():
