@@ -95,8 +95,8 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     return paired_median_seconds({"fn": fn}, repeats)["fn"]
 
 
-def paired_median_seconds(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median wall time of each function, run in turn in every round so load changes hit all alike."""
+def paired_round_seconds(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Wall time of each function in every round, run in turn so load changes hit all alike, after one warm-up call."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -105,7 +105,12 @@ def paired_median_seconds(fns: dict[str, Callable[[], object]], repeats: int) ->
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return times
+
+
+def paired_median_seconds(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall time of each function over :func:`paired_round_seconds`'s rounds."""
+    return {name: statistics.median(values) for name, values in paired_round_seconds(fns, repeats).items()}
 
 
 def _status_kib(field: str) -> int:

@@ -1,16 +1,16 @@
 """The decoder's target sample of two checkouts, timed alternately in one process on real batches of 64 cells.
 
 Usage (repository root): ``python benchmarks/results/speed/target_sample_ab.py --baseline-src OTHER/src
-[--rounds 15] [--threads 1]``. Each round times five calls of this checkout's ``target_sample`` and five of the
-baseline's, as a small-preset step calls it: 512 targets, and the data set's rare genes by this checkout's
-``RARE_GENE_DETECTION``. The ratio is per round.
+[--rounds 15] [--threads 1]``. After one warm-up call of each, every round times five calls of this checkout's
+``target_sample`` and five of the baseline's, as a small-preset step calls it: 512 targets, and the data set's rare
+genes by this checkout's ``RARE_GENE_DETECTION``. The ratio is per round.
 """
 
 import argparse
 import importlib.util
 import statistics
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
 import anndata as ad
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from _speed import SHARED_DATA
+from _speed import SHARED_DATA, paired_round_seconds
 
 DATASETS = [
     "kang2018_pbmc_ctrl",
@@ -36,6 +36,12 @@ def tokens_module(src: Path, name: str):
     return module
 
 
+def five_samples(module, x: torch.Tensor, rare: torch.Tensor) -> None:
+    """Five target samples of ``x``, as a small-preset step draws one: 512 targets."""
+    for _ in range(5):
+        module.target_sample(x, 512, rare_genes=rare)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--baseline-src", type=Path, required=True)
@@ -51,13 +57,8 @@ def main() -> None:
         x = torch.tensor(x.toarray() if hasattr(x, "toarray") else x, dtype=torch.float32)
         detected = np.asarray((adata.X > 0).sum(0)).ravel()
         rare = torch.from_numpy(detected < variants["this"].RARE_GENE_DETECTION * adata.n_obs)
-        ms: dict[str, list[float]] = {label: [] for label in variants}
-        for _ in range(args.rounds):
-            for label, module in variants.items():
-                start = time.perf_counter()
-                for _ in range(5):
-                    module.target_sample(x, 512, rare_genes=rare)
-                ms[label].append((time.perf_counter() - start) / 5 * 1e3)
+        calls = {label: partial(five_samples, module, x, rare) for label, module in variants.items()}
+        ms = {label: [s / 5 * 1e3 for s in times] for label, times in paired_round_seconds(calls, args.rounds).items()}
         ratio = [new / old for new, old in zip(ms["this"], ms["baseline"], strict=True)]
         print(
             f"{name} ({x.shape[1]} genes): baseline {statistics.median(ms['baseline']):.1f} ms, "
