@@ -7,8 +7,13 @@ at checkpoints: k-means NMI and ARI, BRAS over the context, depth R² (lower is 
 logFC Spearman and top-100 DEG Jaccard, each cell type against the rest. The clock is stopped while a checkpoint is
 scored, so the budget counts training only. Checkpoints are wall-clock seconds (``--checkpoints``, as multiples of
 the budget), so that two models run side by side are scored at the same training times; ``--steps`` scores at
-global steps instead (for load-independent comparisons of settings). For SCTrilemma the PCA of all ``K`` token
-means is scored too (``tok_`` columns), a diagnostic of the mean pooling.
+global steps instead and trains to the last of them (for load-independent comparisons of settings), or, with
+``--train-to-budget``, scores at those steps as well while training under the ``max_time`` budget. Scoring does not
+touch the training's random stream, so a scored run trains as an unscored one would. For SCTrilemma the PCA of all
+``K`` token means is scored too (``tok_`` columns), a diagnostic of the mean pooling.
+With ``--no-early-stopping`` SCTrilemma still validates every epoch, as a run with the preset's stop does, and the
+curve records the validation loss and the step at which the preset's stop would have ended the run
+(``replayed_stop``): the curve beyond it shows what the stop spared or cost.
 Where the model keeps an average of its weights (the small preset), a checkpoint scores the average, which is what
 a run ending there would keep.
 ``--train-cells N`` trains on N cells that hold the scored ones, to tell whether a change with length follows the
@@ -43,6 +48,7 @@ from trilemma import DATASETS, default_context_role
 
 from sctrilemma import SCTrilemma, metrics
 from sctrilemma.benchmark import pca_baseline
+from sctrilemma.model._presets import EARLY_STOPPING_MONITOR, EARLY_STOPPING_PATIENCE
 
 # data set: (label key, context key), the same data sets and keys as the trilemma benchmark, which also says how
 # SCTrilemma is given the context (default_context_role)
@@ -88,6 +94,10 @@ class Checkpoints(Callback):
             self.record(trainer, pl_module)
 
     def record(self, trainer, pl_module) -> None:
+        with torch.random.fork_rng(devices=[]):  # scoring draws (reconstruction targets) leave training's stream alone
+            self._record(trainer, pl_module)
+
+    def _record(self, trainer, pl_module) -> None:
         began = time.perf_counter()
         # Score the weights a run ending here would keep: a weight average's, swapped in as for validation.
         averages = [c for c in trainer.callbacks if isinstance(c, WeightAveraging)]
@@ -142,6 +152,40 @@ class Checkpoints(Callback):
         return row
 
 
+class ValidationHistory(Callback):
+    """The monitored validation loss at each validation, with the global step and the training seconds.
+
+    With ``score_stop``, the model is also scored at the validation where the preset's early stop would end the run.
+    """
+
+    def __init__(self, checkpoints: Checkpoints, score_stop: bool = False) -> None:
+        self.checkpoints, self.score_stop, self.rows = checkpoints, score_stop, []
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        value = trainer.callback_metrics.get(EARLY_STOPPING_MONITOR)
+        if value is None or trainer.sanity_checking:
+            return
+        self.rows.append(
+            {"step": trainer.global_step, "train_s": self.checkpoints.training_seconds(), "loss": float(value)}
+        )
+        if self.score_stop and replayed_stop(self.rows, EARLY_STOPPING_PATIENCE["small"]) is self.rows[-1]:
+            self.checkpoints.record(trainer, pl_module)
+            self.checkpoints.rows[-1]["replayed_stop"] = True
+
+
+def replayed_stop(history: list[dict], patience: int) -> dict | None:
+    """The validation at which a stop with ``patience`` (Lightning's rule, no minimum change) would end the run."""
+    best, waited = float("inf"), 0
+    for row in history:
+        if row["loss"] < best:
+            best, waited = row["loss"], 0
+        else:
+            waited += 1
+            if waited >= patience:
+                return row
+    return None
+
+
 def train(args: argparse.Namespace) -> dict:
     keys = KEYS[args.data]
     adata = ad.read_h5ad(Path(args.data_dir) / f"{args.data}.h5ad")
@@ -168,16 +212,23 @@ def train(args: argparse.Namespace) -> dict:
         model = SCTrilemma(adata, preset="small", **json.loads(args.model))
         plan_kwargs = json.loads(args.plan) or None
     total = args.budget_s * args.budget_multiple
-    seconds = [] if args.steps else [args.budget_s * c for c in CHECKPOINTS if c <= args.budget_multiple]
+    by_time = not args.steps or args.train_to_budget
+    seconds = [args.budget_s * c for c in CHECKPOINTS if c <= args.budget_multiple] if by_time else []
     checkpoints = Checkpoints(model, sample, cells, keys, seconds=seconds, steps=args.steps or ())
-    train_kwargs = {"max_steps": max(args.steps)} if args.steps else {"max_time": timedelta(seconds=total)}
+    history = ValidationHistory(checkpoints, score_stop=args.no_early_stopping and args.method == "sctrilemma")
+    train_kwargs = {"max_time": timedelta(seconds=total)} if by_time else {"max_steps": max(args.steps)}
     if args.no_early_stopping and args.method == "sctrilemma":
-        train_kwargs["early_stopping"] = False
+        train_kwargs.update(early_stopping=False, check_val_every_n_epoch=1)  # validate as the preset's stop would
     model.train(
-        max_epochs=100_000, enable_progress_bar=False, callbacks=[checkpoints], plan_kwargs=plan_kwargs, **train_kwargs
+        max_epochs=100_000,
+        enable_progress_bar=False,
+        callbacks=[checkpoints, history],
+        plan_kwargs=plan_kwargs,
+        **train_kwargs,
     )
-    if not args.steps and checkpoints.seconds:  # the budget ended between the last checkpoints: score the end
+    if by_time and checkpoints.seconds:  # the budget ended between the last checkpoints: score the end
         checkpoints.record(model.trainer, model.trainer.lightning_module)
+    stop = replayed_stop(history.rows, EARLY_STOPPING_PATIENCE["small"]) if args.no_early_stopping else None
     return {
         "method": args.method,
         "data": args.data,
@@ -193,6 +244,8 @@ def train(args: argparse.Namespace) -> dict:
         "load_average_1min_at_end": os.getloadavg()[0],
         "pca": pca,
         "curve": checkpoints.rows,
+        "validation": history.rows,
+        "replayed_stop": stop,
     }
 
 
@@ -224,6 +277,13 @@ def report(runs: list[dict], out: Path) -> None:
             lines.append(f"| {name} | {row['train_s']:.0f} | {row['step']} | {values} |")
     pca = runs[0]["pca"]
     lines.append("| pca | | | " + " | ".join(f"{pca[m]:.3f}" if m in pca else "–" for m in METRICS) + " |")
+    for run in runs:
+        if run.get("replayed_stop"):
+            stop = run["replayed_stop"]
+            lines.append(
+                f"\n{run_name(run)}: the preset's early stop would have ended this run at step {stop['step']} "
+                f"({stop['train_s']:.0f} s); the dashed line in the figure."
+            )
     out.write_text("\n".join(lines) + "\n")
 
     figure, axes = plt.subplots(1, len(METRICS), figsize=(3.2 * len(METRICS), 3), constrained_layout=True)
@@ -234,6 +294,9 @@ def report(runs: list[dict], out: Path) -> None:
         if metric in pca:
             axis.axhline(pca[metric], linestyle=":", color="grey", label="pca")
         axis.axvline(budget, color="red", linewidth=0.8)
+        for run in runs:
+            if run.get("replayed_stop"):
+                axis.axvline(run["replayed_stop"]["train_s"], color="grey", linestyle="--", linewidth=0.8)
         axis.set_xscale("log")
         axis.set_xlabel("training seconds")
         axis.set_title(metric)
@@ -249,6 +312,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=240.0)
     parser.add_argument("--budget-multiple", type=float, default=10.0)
     parser.add_argument("--steps", type=int, nargs="*", default=None, help="score at these global steps instead")
+    parser.add_argument(
+        "--train-to-budget", action="store_true", help="with --steps: train under the max_time budget, not to the last"
+    )
     parser.add_argument("--model", default="{}", help="SCTrilemma keyword arguments over the small preset, as JSON")
     parser.add_argument("--plan", default="{}", help="SCTrilemma plan_kwargs, as JSON")
     parser.add_argument("--seed", type=int, default=0)
