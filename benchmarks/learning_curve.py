@@ -264,9 +264,10 @@ def report(runs: list[dict], out: Path) -> None:
     budget = runs[0]["budget_s"]
     lines = [
         f"# Learning curves on {runs[0]['data']}, seed {runs[0]['seed']}\n",
-        f"Each model trained once with `max_time` = {runs[0]['budget_multiple']:g} x {budget:.0f} s at "
-        f"{runs[0]['threads']} thread(s), scored on {runs[0]['n_cells']} fixed cells at the same training seconds "
-        "(clock stopped while scoring); depth_r2: lower is better. PCA of log1p-CP10K for reference.\n",
+        f"Each model trained once with `max_time` = {runs[0]['budget_multiple']:g} x {budget:.0f} s (or, where "
+        f"scored at steps only, to the last of them) at {runs[0]['threads']} thread(s), scored on "
+        f"{runs[0]['n_cells']} fixed cells at the same training seconds or steps (clock stopped while scoring); "
+        "depth_r2: lower is better. PCA of log1p-CP10K for reference.\n",
     ]
     header = "| method | training s | step | " + " | ".join(METRICS) + " |"
     lines += [header, "|---" * (len(METRICS) + 3) + "|"]
