@@ -155,35 +155,32 @@ class Checkpoints(Callback):
 class ValidationHistory(Callback):
     """The monitored validation loss at each validation, with the global step and the training seconds.
 
-    With ``score_stop``, the model is also scored at the validation where the preset's early stop would end the run.
+    With ``replay_stop``, it also replays the preset's early stop (Lightning's rule: ``patience`` validations without
+    a lower loss, no minimum change): ``stop`` is the validation where that stop would end the run, at which the
+    model is scored as well.
     """
 
-    def __init__(self, checkpoints: Checkpoints, score_stop: bool = False) -> None:
-        self.checkpoints, self.score_stop, self.rows = checkpoints, score_stop, []
+    def __init__(self, checkpoints: Checkpoints, replay_stop: bool = False) -> None:
+        self.checkpoints, self.replay_stop, self.rows = checkpoints, replay_stop, []
+        self.patience = EARLY_STOPPING_PATIENCE["small"]
+        self.best, self.waited, self.stop = float("inf"), 0, None
 
     def on_validation_end(self, trainer, pl_module) -> None:
         value = trainer.callback_metrics.get(EARLY_STOPPING_MONITOR)
         if value is None or trainer.sanity_checking:
             return
-        self.rows.append(
-            {"step": trainer.global_step, "train_s": self.checkpoints.training_seconds(), "loss": float(value)}
-        )
-        if self.score_stop and replayed_stop(self.rows, EARLY_STOPPING_PATIENCE["small"]) is self.rows[-1]:
+        row = {"step": trainer.global_step, "train_s": self.checkpoints.training_seconds(), "loss": float(value)}
+        self.rows.append(row)
+        if not self.replay_stop or self.stop is not None:
+            return
+        if row["loss"] < self.best:
+            self.best, self.waited = row["loss"], 0
+            return
+        self.waited += 1
+        if self.waited >= self.patience:
+            self.stop = row
             self.checkpoints.record(trainer, pl_module)
             self.checkpoints.rows[-1]["replayed_stop"] = True
-
-
-def replayed_stop(history: list[dict], patience: int) -> dict | None:
-    """The validation at which a stop with ``patience`` (Lightning's rule, no minimum change) would end the run."""
-    best, waited = float("inf"), 0
-    for row in history:
-        if row["loss"] < best:
-            best, waited = row["loss"], 0
-        else:
-            waited += 1
-            if waited >= patience:
-                return row
-    return None
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -215,9 +212,10 @@ def train(args: argparse.Namespace) -> dict:
     by_time = not args.steps or args.train_to_budget
     seconds = [args.budget_s * c for c in CHECKPOINTS if c <= args.budget_multiple] if by_time else []
     checkpoints = Checkpoints(model, sample, cells, keys, seconds=seconds, steps=args.steps or ())
-    history = ValidationHistory(checkpoints, score_stop=args.no_early_stopping and args.method == "sctrilemma")
+    replay_stop = args.no_early_stopping and args.method == "sctrilemma"
+    history = ValidationHistory(checkpoints, replay_stop=replay_stop)
     train_kwargs = {"max_time": timedelta(seconds=total)} if by_time else {"max_steps": max(args.steps)}
-    if args.no_early_stopping and args.method == "sctrilemma":
+    if replay_stop:
         train_kwargs.update(early_stopping=False, check_val_every_n_epoch=1)  # validate as the preset's stop would
     model.train(
         max_epochs=100_000,
@@ -228,7 +226,6 @@ def train(args: argparse.Namespace) -> dict:
     )
     if by_time and checkpoints.seconds:  # the budget ended between the last checkpoints: score the end
         checkpoints.record(model.trainer, model.trainer.lightning_module)
-    stop = replayed_stop(history.rows, EARLY_STOPPING_PATIENCE["small"]) if args.no_early_stopping else None
     return {
         "method": args.method,
         "data": args.data,
@@ -245,7 +242,7 @@ def train(args: argparse.Namespace) -> dict:
         "pca": pca,
         "curve": checkpoints.rows,
         "validation": history.rows,
-        "replayed_stop": stop,
+        "replayed_stop": history.stop,
     }
 
 
