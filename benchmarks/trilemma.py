@@ -66,6 +66,7 @@ def train_sctrilemma(
     model_kwargs: dict | None = None,
     plan_kwargs: dict | None = None,
     context_role: str = "donor",
+    train_kwargs: dict | None = None,
 ) -> tuple[SCTrilemma, dict]:
     """SCTrilemma (small, with the given overrides) trained for ``budget_s`` seconds as a user would: ``max_time``.
 
@@ -76,7 +77,11 @@ def train_sctrilemma(
     model = SCTrilemma(adata, preset="small", **(model_kwargs or {}))
     start = time.perf_counter()
     model.train(
-        max_epochs=10_000, max_time=timedelta(seconds=budget_s), enable_progress_bar=False, plan_kwargs=plan_kwargs
+        max_epochs=10_000,
+        max_time=timedelta(seconds=budget_s),
+        enable_progress_bar=False,
+        plan_kwargs=plan_kwargs,
+        **(train_kwargs or {}),
     )
     train_s = time.perf_counter() - start
     return model, {"train_s": train_s, "steps": int(model.trainer.global_step)}
@@ -95,6 +100,7 @@ def run_dataset(
     plan_kwargs: dict | None = None,
     keys: tuple[str, str, str | None] | None = None,
     context_role: str | None = None,
+    train_kwargs: dict | None = None,
 ) -> dict:
     label_key, context_key, symbol_key = keys or DATASETS[path.name]
     context_role = context_role or default_context_role(path.name)
@@ -107,7 +113,7 @@ def run_dataset(
     budgets: dict[str, dict] = {}
 
     model, budgets["X_sctrilemma"] = train_sctrilemma(
-        adata.copy(), context_key, budget_s, seed, model_kwargs, plan_kwargs, context_role
+        adata.copy(), context_key, budget_s, seed, model_kwargs, plan_kwargs, context_role, train_kwargs
     )
     adata.obsm["X_sctrilemma"] = model.get_latent_representation()
     adata.layers["rec_sctrilemma"] = model.get_normalized_expression(
@@ -222,6 +228,11 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--model", default="{}", help="SCTrilemma keyword arguments over the small preset, as JSON")
     parser.add_argument("--plan", default="{}", help="SCTrilemma plan_kwargs over the small preset's, as JSON")
+    parser.add_argument(
+        "--train",
+        default="{}",
+        help="SCTrilemma train() keyword arguments, as JSON, e.g. '{\"early_stopping\": false}'",
+    )
     parser.add_argument("--out", default="benchmarks/results/trilemma")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -241,8 +252,9 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"Unknown datasets {sorted(unknown)}; choose from {list(DATASETS)} or pass --h5ad.")
     gene_sets = Path(args.gene_sets_dir) / GENE_SETS
-    model_kwargs, plan_kwargs = json.loads(args.model), json.loads(args.plan)
-    overrides = {key: value for key, value in (("model", model_kwargs), ("plan", plan_kwargs)) if value}
+    model_kwargs, plan_kwargs, train_kwargs = json.loads(args.model), json.loads(args.plan), json.loads(args.train)
+    given = (("model", model_kwargs), ("plan", plan_kwargs), ("train", train_kwargs))
+    overrides = {key: value for key, value in given if value}
     runs = []
     for name in files:
         for seed in seeds:
@@ -259,6 +271,7 @@ def main() -> None:
                 plan_kwargs=plan_kwargs,
                 keys=keys,
                 context_role=args.context_role,
+                train_kwargs=train_kwargs,
             )
             runs.append({"dataset": name, "seed": seed, **result})
             summary = summarize(runs, budget, overrides)
