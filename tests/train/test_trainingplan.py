@@ -313,19 +313,13 @@ def test_a_query_keeps_its_frozen_encoder_after_training(small_adata, tiny):
 def test_small_preset_trains_its_full_length_unless_asked_to_stop(small_adata, tiny):
     """As in scVI, a run is as long as asked; ``early_stopping=True`` is scvi-tools' own stop."""
     SCTrilemma.setup_anndata(small_adata)
-
-    def fresh_model() -> SCTrilemma:
-        return SCTrilemma(small_adata, preset="small", **tiny, prior="normal", posterior_logvar_init=2.0)
-
+    model = SCTrilemma(small_adata, preset="small", **tiny, prior="normal", posterior_logvar_init=2.0)
     # At a learning rate this high the validation loss stops improving within a few epochs.
-    high_lr = {"batch_size": 100, "plan_kwargs": {"lr": 1.0}, "enable_progress_bar": False}
-    model = fresh_model()
-    model.train(max_epochs=12, **high_lr)
+    high_lr = {"max_epochs": 40, "batch_size": 100, "plan_kwargs": {"lr": 1.0}, "enable_progress_bar": False}
+    model.train(**high_lr)
     assert not [c for c in model.trainer.callbacks if isinstance(c, EarlyStopping)]
-    assert model.trainer.current_epoch == 12
-    model = fresh_model()  # a new model's history holds the validation losses (scvi-tools extends only known keys)
+    assert model.trainer.current_epoch == 40
     model.train(
-        max_epochs=40,
         **high_lr,
         early_stopping=True,
         early_stopping_monitor="reconstruction_loss_validation",
