@@ -1,7 +1,8 @@
 """Learning curves: identity, invariance and fidelity of an embedding against training time, SCTrilemma beside scVI.
 
 One process trains one model once, with a wall-clock budget of ``--budget-multiple`` times ``--budget-s`` given as
-``max_time`` (as a user would; SCTrilemma's schedule anneals over that budget), and scores a fixed sample of cells
+``max_time`` (as a user would; SCTrilemma's schedule anneals over that budget, and its early stopping may end a run on
+a small data set before the budget; ``--no-early-stopping`` trains to the end), and scores a fixed sample of cells
 at checkpoints: k-means NMI and ARI, BRAS over the context, depth R² (lower is better) and the reconstruction's
 logFC Spearman and top-100 DEG Jaccard, each cell type against the rest. The clock is stopped while a checkpoint is
 scored, so the budget counts training only. Checkpoints are wall-clock seconds (``--checkpoints``, as multiples of
@@ -10,9 +11,9 @@ global steps instead and trains to the last of them (for load-independent compar
 ``--train-to-budget``, scores at those steps as well while training under the ``max_time`` budget. Scoring does not
 touch the training's random stream, so a scored run trains as an unscored one would. For SCTrilemma the PCA of all
 ``K`` token means is scored too (``tok_`` columns), a diagnostic of the mean pooling.
-With ``--replay-stop`` SCTrilemma validates every epoch, and the curve records the validation loss and the step at
-which an early stop on it (patience 10 validations on the validation cells' reconstruction loss) would have ended the
-run (``replayed_stop``), where the model is scored too: the curve beyond it shows what such a stop spares or costs.
+With ``--no-early-stopping`` SCTrilemma still validates every epoch, as a run with the preset's stop does, and the
+curve records the validation loss and the step at which the preset's stop would have ended the run
+(``replayed_stop``): the curve beyond it shows what the stop spared or cost.
 Where the model keeps an average of its weights (the small preset), a checkpoint scores the average, which is what
 a run ending there would keep.
 ``--train-cells N`` trains on N cells that hold the scored ones, to tell whether a change with length follows the
@@ -47,6 +48,7 @@ from trilemma import DATASETS, default_context_role
 
 from sctrilemma import SCTrilemma, metrics
 from sctrilemma.benchmark import pca_baseline
+from sctrilemma.model._presets import EARLY_STOPPING_MONITOR, EARLY_STOPPING_PATIENCE
 
 # data set: (label key, context key), the same data sets and keys as the trilemma benchmark, which also says how
 # SCTrilemma is given the context (default_context_role)
@@ -54,9 +56,6 @@ KEYS = {Path(name).stem: (label, context) for name, (label, context, _) in DATAS
 METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard", "rec_val")
 CHECKPOINTS = (0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0)
 TRAINING_THREADS = torch.get_num_threads()
-# The early stop that --replay-stop replays: Lightning's rule on the validation cells' reconstruction loss.
-REPLAYED_STOP_MONITOR = "reconstruction_loss_validation"
-REPLAYED_STOP_PATIENCE = 10
 
 
 def score(embedding: np.ndarray, reconstruction: np.ndarray | None, sample: ad.AnnData, keys: tuple[str, str]) -> dict:
@@ -156,17 +155,18 @@ class Checkpoints(Callback):
 class ValidationHistory(Callback):
     """The monitored validation loss at each validation, with the global step and the training seconds.
 
-    With ``replay_stop``, it also replays an early stop (Lightning's rule: ``REPLAYED_STOP_PATIENCE`` validations
-    without a lower loss, no minimum change): ``stop`` is the validation where that stop would end the run, at which
-    the model is scored as well.
+    With ``replay_stop``, it also replays the preset's early stop (Lightning's rule: ``patience`` validations without
+    a lower loss, no minimum change): ``stop`` is the validation where that stop would end the run, at which the
+    model is scored as well.
     """
 
     def __init__(self, checkpoints: Checkpoints, replay_stop: bool = False) -> None:
         self.checkpoints, self.replay_stop, self.rows = checkpoints, replay_stop, []
+        self.patience = EARLY_STOPPING_PATIENCE["small"]
         self.best, self.waited, self.stop = float("inf"), 0, None
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        value = trainer.callback_metrics.get(REPLAYED_STOP_MONITOR)
+        value = trainer.callback_metrics.get(EARLY_STOPPING_MONITOR)
         if value is None or trainer.sanity_checking:
             return
         row = {"step": trainer.global_step, "train_s": self.checkpoints.training_seconds(), "loss": float(value)}
@@ -177,7 +177,7 @@ class ValidationHistory(Callback):
             self.best, self.waited = row["loss"], 0
             return
         self.waited += 1
-        if self.waited >= REPLAYED_STOP_PATIENCE:
+        if self.waited >= self.patience:
             self.stop = row
             self.checkpoints.record(trainer, pl_module)
             self.checkpoints.rows[-1]["replayed_stop"] = True
@@ -212,11 +212,11 @@ def train(args: argparse.Namespace) -> dict:
     by_time = not args.steps or args.train_to_budget
     seconds = [args.budget_s * c for c in CHECKPOINTS if c <= args.budget_multiple] if by_time else []
     checkpoints = Checkpoints(model, sample, cells, keys, seconds=seconds, steps=args.steps or ())
-    replay_stop = args.replay_stop and args.method == "sctrilemma"
+    replay_stop = args.no_early_stopping and args.method == "sctrilemma"
     history = ValidationHistory(checkpoints, replay_stop=replay_stop)
     train_kwargs = {"max_time": timedelta(seconds=total)} if by_time else {"max_steps": max(args.steps)}
     if replay_stop:
-        train_kwargs["check_val_every_n_epoch"] = 1  # validate as the replayed stop would
+        train_kwargs.update(early_stopping=False, check_val_every_n_epoch=1)  # validate as the preset's stop would
     model.train(
         max_epochs=100_000,
         enable_progress_bar=False,
@@ -231,6 +231,7 @@ def train(args: argparse.Namespace) -> dict:
         "data": args.data,
         "model": json.loads(args.model),
         "plan": json.loads(args.plan),
+        "early_stopping": args.method == "sctrilemma" and not args.no_early_stopping,
         "budget_s": args.budget_s,
         "budget_multiple": args.budget_multiple,
         "seed": args.seed,
@@ -246,9 +247,11 @@ def train(args: argparse.Namespace) -> dict:
 
 
 def run_name(run: dict) -> str:
-    """The method, its settings over the preset, and whether the run had an early stop (curves saved with one)."""
+    """The method, its settings over the preset, and whether SCTrilemma's early stopping was switched off."""
     name = run["method"] + (f" {json.dumps(run['model'])}" if run.get("model") else "")
-    return name + (" (early stopping)" if run.get("early_stopping") else "")
+    return name + (
+        " (no early stopping)" if run["method"] == "sctrilemma" and run.get("early_stopping") is False else ""
+    )
 
 
 def report(runs: list[dict], out: Path) -> None:
@@ -314,9 +317,7 @@ def main() -> None:
     parser.add_argument("--plan", default="{}", help="SCTrilemma plan_kwargs, as JSON")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--replay-stop",
-        action="store_true",
-        help="validate every epoch and score where an early stop would end the run",
+        "--no-early-stopping", action="store_true", help="train SCTrilemma to the end even if its validation loss rises"
     )
     parser.add_argument("--n-cells", type=int, default=2000, help="cells scored at each checkpoint")
     parser.add_argument(

@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping
 
 from sctrilemma import SCTrilemma
 from sctrilemma.model import _presets
-from sctrilemma.model._presets import recipe_trainer_kwargs
+from sctrilemma.model._presets import early_stopping_kwargs, recipe_trainer_kwargs
 from sctrilemma.train import warmup_cosine
 from sctrilemma.train._trainingplan import planned_warmup
 
@@ -310,21 +310,39 @@ def test_a_query_keeps_its_frozen_encoder_after_training(small_adata, tiny):
     assert model.module.encoder.gene_embedding.weight.requires_grad
 
 
-def test_small_preset_trains_its_full_length_unless_asked_to_stop(small_adata, tiny):
-    """As in scVI, a run is as long as asked; ``early_stopping=True`` is scvi-tools' own stop."""
+def _early_stopping(callbacks) -> list[EarlyStopping]:
+    return [c for c in callbacks or [] if isinstance(c, EarlyStopping)]
+
+
+def test_early_stopping_is_added_unless_the_user_chose():
+    kwargs = early_stopping_kwargs("small", {"callbacks": ["keep"]}, has_validation_cells=True)
+    (stopper,) = _early_stopping(kwargs["callbacks"])
+    assert kwargs["callbacks"][0] == "keep"
+    assert (stopper.monitor, stopper.patience, stopper.strict) == ("reconstruction_loss_validation", 10, False)
+    assert kwargs["check_val_every_n_epoch"] == 1
+    for chosen in ({"early_stopping": False}, {"early_stopping": True, "early_stopping_patience": 3}):
+        assert early_stopping_kwargs("small", chosen, has_validation_cells=True) == chosen
+    assert early_stopping_kwargs("small", {"max_time": 5}, has_validation_cells=False) == {"max_time": 5}
+    assert early_stopping_kwargs("paper", {}, has_validation_cells=True) == {}  # the paper trains a fixed length
+
+
+def test_small_preset_stops_when_the_validation_reconstruction_stops_improving(small_adata, tiny, monkeypatch):
+    monkeypatch.setitem(_presets.EARLY_STOPPING_PATIENCE, "small", 1)
     SCTrilemma.setup_anndata(small_adata)
     model = SCTrilemma(small_adata, preset="small", **tiny, prior="normal", posterior_logvar_init=2.0)
     # At a learning rate this high the validation loss stops improving within a few epochs.
-    high_lr = {"max_epochs": 40, "batch_size": 100, "plan_kwargs": {"lr": 1.0}, "enable_progress_bar": False}
-    model.train(**high_lr)
-    assert not [c for c in model.trainer.callbacks if isinstance(c, EarlyStopping)]
-    assert model.trainer.current_epoch == 40
-    model.train(
-        **high_lr,
-        early_stopping=True,
-        early_stopping_monitor="reconstruction_loss_validation",
-        early_stopping_patience=1,
-    )
-    (stopper,) = [c for c in model.trainer.callbacks if isinstance(c, EarlyStopping)]
+    model.train(max_epochs=40, batch_size=100, plan_kwargs={"lr": 1.0}, enable_progress_bar=False)
+    (stopper,) = _early_stopping(model.trainer.callbacks)
+    assert stopper.monitor == "reconstruction_loss_validation"
     assert 0 < stopper.stopped_epoch < 39  # Lightning records the epoch at which it stopped the run
     assert len(model.history["reconstruction_loss_validation"]) == stopper.stopped_epoch + 1
+
+
+def test_a_run_shorter_than_an_epoch_or_without_validation_cells_trains_its_full_length(small_adata, tiny):
+    SCTrilemma.setup_anndata(small_adata)
+    model = SCTrilemma(small_adata, preset="small", **tiny, prior="normal")
+    model.train(max_steps=2, batch_size=32, enable_progress_bar=False)  # 12 steps per epoch: no validation yet
+    assert model.trainer.global_step == 2
+    model.train(max_steps=6, train_size=1.0, batch_size=100, enable_progress_bar=False)
+    assert not _early_stopping(model.trainer.callbacks)
+    assert model.trainer.global_step == 6

@@ -32,6 +32,7 @@ from sctrilemma.model._presets import (
     PRESETS,
     TRAINING_DEFAULTS,
     choose_preset,
+    early_stopping_kwargs,
     recipe_trainer_kwargs,
     resolve_preset,
     training_length,
@@ -367,8 +368,9 @@ class SCTrilemma(
         KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and ``precision="bf16-mixed"``
         on CUDA. Cells with fewer than ``min_expressed_genes`` expressed genes are left out of training (they go to the
         test split). The small preset's encoder, and so the embedding, stops after 1,200 steps (``encoder_lr_steps``)
-        while a longer run trains the decoder on, and it keeps an exponential moving average of its weights. As in scVI,
-        a run trains its full length unless ``early_stopping=True`` (scvi-tools' ``early_stopping_*`` arguments).
+        while a longer run trains the decoder on; its runs end once the validation reconstruction loss has not
+        improved for 10 epochs (``early_stopping=False``: the full length; ``True``: scvi-tools' ``early_stopping_*``),
+        and it validates on and keeps an exponential moving average of its weights.
 
         Parameters
         ----------
@@ -434,6 +436,7 @@ class SCTrilemma(
             max_epochs = math.ceil(max_steps / steps_per_epoch)
             trainer_kwargs["max_steps"] = max_steps
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
+        trainer_kwargs = early_stopping_kwargs(self._preset, trainer_kwargs, np.asarray(splits[1]).size > 0)
         trainer_kwargs.setdefault("log_every_n_steps", min(LOG_EVERY_N_STEPS, steps_per_epoch))
         super().train(
             max_epochs=max_epochs,

@@ -7,7 +7,7 @@ import warnings
 from typing import Literal
 
 import torch
-from lightning.pytorch.callbacks import WeightAveraging
+from lightning.pytorch.callbacks import EarlyStopping, WeightAveraging
 from scvi import settings
 from scvi.model._utils import get_max_epochs_heuristic
 
@@ -93,9 +93,35 @@ TRAINING_DEFAULTS: dict[str, dict[str, float | int]] = {
 }
 
 
+# Early stopping, on by default for the small preset: training ends once the validation cells' reconstruction loss
+# has not improved for this many epochs. Data sets of a few hundred cells pass their best within the default length and
+# then overfit, and their embedding decays with it (benchmarks/results/quality/NOTES.md). The paper's recipe trains
+# for a fixed length.
+EARLY_STOPPING_PATIENCE: dict[str, int | None] = {"paper": None, "small": 10}
+EARLY_STOPPING_MONITOR = "reconstruction_loss_validation"
+
+
+def early_stopping_kwargs(preset: str, trainer_kwargs: dict, has_validation_cells: bool) -> dict:
+    """``trainer_kwargs`` with the preset's early stopping, unless the user chose (``early_stopping=True/False``).
+
+    The stop is Lightning's :class:`~lightning.pytorch.callbacks.EarlyStopping`, with the validation cells scored
+    every epoch. Unlike ``early_stopping=True`` (scvi-tools' callback), it does not fail a run that ends before its
+    first validation, such as a ``max_steps`` shorter than an epoch: such a run trains its full length.
+    """
+    patience = EARLY_STOPPING_PATIENCE[preset]
+    if patience is None or not has_validation_cells or "early_stopping" in trainer_kwargs:
+        return trainer_kwargs
+    stop = EarlyStopping(monitor=EARLY_STOPPING_MONITOR, patience=patience, mode="min", strict=False)
+    return {
+        **trainer_kwargs,
+        "callbacks": [*(trainer_kwargs.get("callbacks") or []), stop],
+        "check_val_every_n_epoch": trainer_kwargs.get("check_val_every_n_epoch", 1),
+    }
+
+
 # The small preset validates on, and ends training with, an exponential moving average of its weights
-# (ExponentialWeightAverage: about the last hundred steps): its learning rate stays high to the end of short runs, so
-# the weights at any one step carry that step's noise
+# (ExponentialWeightAverage: about the last hundred steps): its learning rate stays high to the end of short runs, and
+# small data sets stop early, so the weights at any one step carry that step's noise
 # (benchmarks/results/quality/NOTES.md). The paper's recipe uses the weights as trained.
 WEIGHT_AVERAGING: dict[str, bool] = {"paper": False, "small": True}
 
