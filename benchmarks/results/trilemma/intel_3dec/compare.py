@@ -1,4 +1,4 @@
-"""The benchmark's summary with the train() defaults, the bars of issue 31, and the paired effect of the early stop.
+"""The benchmark without the early stop: its summary, the bars of issue 31, and the paired effect of the stop.
 
 Usage (from the repository root)::
 
