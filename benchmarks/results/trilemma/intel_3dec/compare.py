@@ -15,6 +15,7 @@ from trilemma import summarize
 
 HERE = Path(__file__).parent
 NAMES = ("kang", "cellbench", "baron", "zilionis")
+STOPPED = ("baron", "zilionis")  # also run with the stop, in with_stop/
 METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman")
 
 
@@ -43,21 +44,24 @@ def bars(by_seed: dict[int, dict]) -> list[str]:
 
 
 def main() -> None:
-    runs = [run for name in NAMES for run in json.loads((HERE / f"runs_{name}.json").read_text())]
-    print(summarize(runs, 240.0, {"train": {"early_stopping": False}}))
+    runs = {name: json.loads((HERE / f"runs_{name}.json").read_text()) for name in NAMES}
+    with_stop = {name: scores(json.loads((HERE / "with_stop" / f"runs_{name}.json").read_text())) for name in STOPPED}
+    baron_seeds_3_4 = json.loads((HERE / "runs_baron_seeds_3_4.json").read_text())
+    print(summarize([run for name in NAMES for run in runs[name]], 240.0, {"train": {"early_stopping": False}}))
     for name in NAMES:
         print(f"\n## {name}: bars\n")
-        print("\n".join(f"- {line}" for line in bars(scores(json.loads((HERE / f"runs_{name}.json").read_text())))))
-    for name in ("baron", "zilionis"):
-        without = scores(json.loads((HERE / f"runs_{name}.json").read_text()))
-        with_stop = scores(json.loads((HERE / "with_stop" / f"runs_{name}.json").read_text()))
-        seeds = sorted(set(without) & set(with_stop))
+        print("\n".join(f"- {line}" for line in bars(scores(runs[name]))))
+    print("\n## baron, seeds 0-4 (with runs_baron_seeds_3_4.json): bars\n")
+    print("\n".join(f"- {line}" for line in bars(scores(runs["baron"] + baron_seeds_3_4))))
+    for name in STOPPED:
+        without = scores(runs[name])
+        seeds = sorted(set(without) & set(with_stop[name]))
         print(f"\n## {name}: the early stop's effect, without minus with, seeds {seeds}\n")
         for m in METRICS:
-            diff = [without[s][("X_sctrilemma", m)] - with_stop[s][("X_sctrilemma", m)] for s in seeds]
+            diff = [without[s][("X_sctrilemma", m)] - with_stop[name][s][("X_sctrilemma", m)] for s in seeds]
             print(f"- {m}: {np.mean(diff):+.3f} ± {np.std(diff, ddof=1):.3f}")
         print("\nWith the stop, bars against its own run's scVI and PCA:\n")
-        print("\n".join(f"- {line}" for line in bars(with_stop)))
+        print("\n".join(f"- {line}" for line in bars(with_stop[name])))
 
 
 if __name__ == "__main__":
