@@ -1,4 +1,7 @@
-"""Scratch screen: SCTrilemma as trilemma.py trains it (240 s), scored by the Scorecard beside a PCA (no scVI)."""
+"""Scratch screen: SCTrilemma as trilemma.py trains it (240 s), scored by the Scorecard beside a PCA (no scVI).
+
+``--model`` and ``--plan`` take SCTrilemma's model arguments and ``plan_kwargs`` as JSON.
+"""
 
 import argparse
 import json
@@ -63,14 +66,16 @@ if __name__ == "__main__":
     p.add_argument("--data", nargs="+")
     p.add_argument("--seeds", nargs="+", type=int)
     p.add_argument("--model", default="{}")
+    p.add_argument("--plan", default="{}", help="plan_kwargs, as JSON")
     p.add_argument("--tag", required=True)
     args = p.parse_args()
     kw = json.loads(args.model)
+    plan = json.loads(args.plan) or None
     for name in args.data:
         label_key, context_key, symbol_key = trilemma.DATASETS[name]
         role = trilemma.default_context_role(name)
         for seed in args.seeds:
             a = labelled_data(name, context_key)
-            model, budget = trilemma.train_sctrilemma(a.copy(), context_key, 240.0, seed, kw, None, role)
+            model, budget = trilemma.train_sctrilemma(a.copy(), context_key, 240.0, seed, kw, plan, role)
             scores = headline_scores(a, model, seed, label_key, context_key, symbol_key)
             print(json.dumps({"tag": args.tag, "data": name, "seed": seed, **budget, **scores}), flush=True)
