@@ -14,31 +14,21 @@ depend on the machine's load.
 import sys
 import warnings
 
-import anndata as ad
 import numpy as np
 import pandas as pd
-import torch
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
-
-sys.path.insert(0, "benchmarks")
-import trilemma
+from zilionis import LABEL_KEY, load, train
 
 warnings.filterwarnings("ignore")
-torch.set_num_threads(1)
-NAME = "zilionis2019_mouse_lung_cluey.h5ad"
-label_key, context_key, _ = trilemma.DATASETS[NAME]
-adata = ad.read_h5ad(f"../shared/data/{NAME}")
-adata.obs_names_make_unique()
-adata.obs[context_key] = adata.obs[context_key].astype(str)
-labels = adata.obs[label_key].astype(str).to_numpy()
+adata = load()
+labels = adata.obs[LABEL_KEY].astype(str).to_numpy()
 subsets = np.where(labels == "Neutrophils", adata.obs["Minor_subset"].astype(str).to_numpy(), labels)
 types = pd.get_dummies(labels).to_numpy(dtype=float)
 for seed in (int(s) for s in sys.argv[1:]):
-    role = trilemma.default_context_role(NAME)
-    model, facts = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, context_role=role)
+    model, facts = train(adata, seed)
     z = model.get_latent_representation()
     starts = [KMeans(4, n_init=1, random_state=seed + r).fit(z) for r in range(20)]
     nmi = np.mean([normalized_mutual_info_score(labels, s.labels_) for s in starts])

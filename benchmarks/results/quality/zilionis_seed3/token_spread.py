@@ -14,24 +14,15 @@ minus the mean of the centroids).
 import sys
 import warnings
 
-import anndata as ad
 import numpy as np
-import torch
 from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 from sklearn.metrics import normalized_mutual_info_score
-
-sys.path.insert(0, "benchmarks")
-import trilemma
+from zilionis import LABEL_KEY, load, train
 
 warnings.filterwarnings("ignore")
-torch.set_num_threads(1)
-NAME = "zilionis2019_mouse_lung_cluey.h5ad"
-label_key, context_key, _ = trilemma.DATASETS[NAME]
-adata = ad.read_h5ad(f"../shared/data/{NAME}")
-adata.obs_names_make_unique()
-adata.obs[context_key] = adata.obs[context_key].astype(str)
-labels = adata.obs[label_key].astype(str).to_numpy()
+adata = load()
+labels = adata.obs[LABEL_KEY].astype(str).to_numpy()
 types = np.unique(labels)
 
 
@@ -54,8 +45,7 @@ def between_share(x: np.ndarray) -> float:
 
 
 for seed in (int(s) for s in sys.argv[1:]):
-    role = trilemma.default_context_role(NAME)
-    model, facts = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, context_role=role)
+    model, facts = train(adata, seed)
     pooled = model.get_latent_representation()
     tokens = np.asarray(model.get_latent_tokens())  # (cells, K, d)
     side_by_side = PCA(50, random_state=0).fit_transform(tokens.reshape(tokens.shape[0], -1))
