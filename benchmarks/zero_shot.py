@@ -68,14 +68,11 @@ def measured_genes_rule(on: bool) -> AbstractContextManager:
     return nullcontext() if on else patch.object(model_module, "measured_genes_per_dataset", lambda _: None)
 
 
-def sctrilemma_zero_shot(
-    reference: ad.AnnData,
-    query: ad.AnnData,
-    budget_s: float,
-    measured_genes: bool = True,
-    model_kwargs: dict | None = None,
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Train on ``reference`` for ``budget_s`` seconds, then embed both; returns the embeddings and training facts.
+def train_reference(
+    reference: ad.AnnData, budget_s: float, measured_genes: bool = True, model_kwargs: dict | None = None
+) -> tuple[SCTrilemma, dict]:
+    """SCTrilemma (small preset, the study as ``dataset_key``, the donor as ``donor_key``) trained on a copy of
+    ``reference`` for ``budget_s`` seconds; returns the model and its training facts.
 
     ``measured_genes=False`` is the ablation that takes every gene as measured in every study.
     """
@@ -85,7 +82,18 @@ def sctrilemma_zero_shot(
     start = time.perf_counter()
     with measured_genes_rule(measured_genes):
         model.train(max_epochs=10_000, max_time=timedelta(seconds=budget_s), enable_progress_bar=False)
-    facts = {"train_s": round(time.perf_counter() - start, 1), "steps": int(model.trainer.global_step)}
+    return model, {"train_s": round(time.perf_counter() - start, 1), "steps": int(model.trainer.global_step)}
+
+
+def sctrilemma_zero_shot(
+    reference: ad.AnnData,
+    query: ad.AnnData,
+    budget_s: float,
+    measured_genes: bool = True,
+    model_kwargs: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Train on ``reference`` (:func:`train_reference`), then embed both; returns the embeddings and training facts."""
+    model, facts = train_reference(reference, budget_s, measured_genes, model_kwargs)
     query_model = SCTrilemma.load_query_data(query.copy(), model)
     return model.get_latent_representation(), query_model.get_latent_representation(), facts
 

@@ -7,9 +7,7 @@ fitted with the seed), and prints both embeddings' zero-shot figures.
 
 import json
 import sys
-import time
 import warnings
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +28,10 @@ torch.set_num_threads(1)
 blood = load_blood_data("../shared/data")
 reference, query = reference_cells(blood, zs.SETTINGS["leave_kang_out"]), query_cells(blood)
 scvi.settings.seed = seed
-work = reference.copy()
-SCTrilemma.setup_anndata(work, donor_key="donor", dataset_key="study")
-model = SCTrilemma(work, preset="small", encoder_genes=None, gene_panel_min_fraction=0.1)
-start = time.perf_counter()
-model.train(max_epochs=10_000, max_time=timedelta(seconds=240), enable_progress_bar=False)
-print("steps", model.trainer.global_step, "seconds", round(time.perf_counter() - start))
+model, facts = zs.train_reference(
+    reference, 240.0, model_kwargs={"encoder_genes": None, "gene_panel_min_fraction": 0.1}
+)
+print("steps", facts["steps"], "seconds", round(facts["train_s"]))
 model.save(out / f"model_{seed}", overwrite=True)
 query_z = SCTrilemma.load_query_data(query.copy(), model).get_latent_representation()
 np.save(out / f"query_z_{seed}.npy", query_z)
