@@ -15,21 +15,13 @@ import sys
 import warnings
 
 import numpy as np
-from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
-from sklearn.metrics import normalized_mutual_info_score
-from zilionis import LABEL_KEY, load, train
+from zilionis import LABEL_KEY, between_share, kmeans_nmi, load, train
 
 warnings.filterwarnings("ignore")
 adata = load()
 labels = adata.obs[LABEL_KEY].astype(str).to_numpy()
 types = np.unique(labels)
-
-
-def kmeans_nmi(x: np.ndarray, seed: int) -> float:
-    """Mean NMI of 20 single-start k-means partitions into as many clusters as cell types."""
-    fits = [KMeans(types.size, n_init=1, random_state=seed + r).fit_predict(x) for r in range(20)]
-    return float(np.mean([normalized_mutual_info_score(labels, f) for f in fits]))
 
 
 def type_offsets(x: np.ndarray) -> np.ndarray:
@@ -38,27 +30,21 @@ def type_offsets(x: np.ndarray) -> np.ndarray:
     return (centroids - centroids.mean(0)).ravel()
 
 
-def between_share(x: np.ndarray) -> float:
-    """The share of ``x``'s variance over cells that lies between the types' centroids."""
-    within = sum(((x[labels == t] - x[labels == t].mean(0)) ** 2).sum() for t in types)
-    return float(1 - within / ((x - x.mean(0)) ** 2).sum())
-
-
 for seed in (int(s) for s in sys.argv[1:]):
     model, facts = train(adata, seed)
     pooled = model.get_latent_representation()
     tokens = np.asarray(model.get_latent_tokens())  # (cells, K, d)
     side_by_side = PCA(50, random_state=0).fit_transform(tokens.reshape(tokens.shape[0], -1))
     print(
-        f"seed {seed}: {facts['steps']} steps; k-means NMI pooled {kmeans_nmi(pooled, seed):.3f}, "
-        f"tokens side by side (PCA 50) {kmeans_nmi(side_by_side, seed):.3f}; "
-        f"types' share of the pooled variance {between_share(pooled):.3f}"
+        f"seed {seed}: {facts['steps']} steps; k-means NMI pooled {kmeans_nmi(pooled, labels, seed):.3f}, "
+        f"tokens side by side (PCA 50) {kmeans_nmi(side_by_side, labels, seed):.3f}; "
+        f"types' share of the pooled variance {between_share(pooled, labels):.3f}"
     )
     per_token = [
         (
-            kmeans_nmi(tokens[:, k], seed),
+            kmeans_nmi(tokens[:, k], labels, seed),
             float(((tokens[:, k] - tokens[:, k].mean(0)) ** 2).sum(1).mean()),
-            between_share(tokens[:, k]),
+            between_share(tokens[:, k], labels),
         )
         for k in range(tokens.shape[1])
     ]

@@ -3,7 +3,10 @@
 import sys
 
 import anndata as ad
+import numpy as np
 import torch
+from sklearn.cluster import KMeans
+from sklearn.metrics import normalized_mutual_info_score
 
 sys.path.insert(0, "benchmarks")
 import trilemma
@@ -25,3 +28,16 @@ def train(adata: ad.AnnData, seed: int):
     torch.set_num_threads(1)
     role = trilemma.default_context_role(NAME)
     return trilemma.train_sctrilemma(adata.copy(), CONTEXT_KEY, 240.0, seed, context_role=role)
+
+
+def kmeans_nmi(x: np.ndarray, labels: np.ndarray, seed: int) -> float:
+    """Mean NMI of 20 single-start k-means partitions of ``x`` into as many clusters as ``labels`` has types."""
+    n_types = np.unique(labels).size
+    fits = [KMeans(n_types, n_init=1, random_state=seed + r).fit_predict(x) for r in range(20)]
+    return float(np.mean([normalized_mutual_info_score(labels, f) for f in fits]))
+
+
+def between_share(x: np.ndarray, labels: np.ndarray) -> float:
+    """The share of ``x``'s variance over cells that lies between the centroids of ``labels``' types."""
+    within = sum(((x[labels == t] - x[labels == t].mean(0)) ** 2).sum() for t in np.unique(labels))
+    return float(1 - within / ((x - x.mean(0)) ** 2).sum())
