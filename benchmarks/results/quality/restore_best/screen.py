@@ -9,8 +9,6 @@ Usage (from the repository root; one data set per one-thread process)::
         --data zilionis2019_mouse_lung_cluey.h5ad --seeds 3 4 5 --out screen.jsonl
 """
 
-import argparse
-import json
 import sys
 import warnings
 
@@ -19,7 +17,7 @@ from lightning.pytorch.callbacks import Callback, WeightAveraging
 sys.path.insert(0, "benchmarks")
 sys.path.insert(0, "benchmarks/results/quality/gene_panel/mild")
 import trilemma
-from screen_panel import headline_scores, labelled_data
+from screen_panel import headline_scores, record_row, screen_arguments, screen_runs
 
 from sctrilemma.model._presets import EARLY_STOPPING_MONITOR
 from sctrilemma.train._trainingplan import forget_prepared_blocks
@@ -48,25 +46,14 @@ class KeepBestAverage(Callback):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data", nargs="+")
-    parser.add_argument("--seeds", nargs="+", type=int)
-    parser.add_argument("--out", required=True, help="append each row to this JSON-lines file")
-    args = parser.parse_args()
-    for name in args.data:
-        label_key, context_key, symbol_key = trilemma.DATASETS[name]
-        role = trilemma.default_context_role(name)
-        for seed in args.seeds:
-            adata = labelled_data(name, context_key)
-            keep = KeepBestAverage()
-            train = {"callbacks": [keep]}
-            model, budget = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, None, None, role, train)
-            rows = [{"tag": "stop", **headline_scores(adata.copy(), model, seed, label_key, context_key, symbol_key)}]
-            model.module.load_state_dict(keep.best_state)
-            forget_prepared_blocks(model.module)
-            rows.append({"tag": "best", **headline_scores(adata, model, seed, label_key, context_key, symbol_key)})
-            for row in rows:
-                row = {"data": name, "seed": seed, **budget, "best_step": keep.best_step, **row}
-                print(json.dumps(row), flush=True)
-                with open(args.out, "a") as handle:
-                    handle.write(json.dumps(row) + "\n")
+    args = screen_arguments().parse_args()
+    for name, seed, adata, keys, role in screen_runs(args.data, args.seeds):
+        keep = KeepBestAverage()
+        train = {"callbacks": [keep]}
+        model, budget = trilemma.train_sctrilemma(adata.copy(), keys[1], 240.0, seed, None, None, role, train)
+        rows = [{"tag": "stop", **headline_scores(adata.copy(), model, seed, *keys)}]
+        model.module.load_state_dict(keep.best_state)
+        forget_prepared_blocks(model.module)
+        rows.append({"tag": "best", **headline_scores(adata, model, seed, *keys)})
+        for row in rows:
+            record_row({"data": name, "seed": seed, **budget, "best_step": keep.best_step, **row}, args.out)

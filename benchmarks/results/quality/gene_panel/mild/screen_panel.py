@@ -30,6 +30,31 @@ def labelled_data(name: str, context_key: str) -> ad.AnnData:
     return a
 
 
+def screen_arguments() -> argparse.ArgumentParser:
+    """The options every screen takes: ``--data`` (file names in ../shared/data), ``--seeds`` and ``--out``."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", nargs="+")
+    parser.add_argument("--seeds", nargs="+", type=int)
+    parser.add_argument("--out", required=True, help="append each row to this JSON-lines file")
+    return parser
+
+
+def screen_runs(names: list[str], seeds: list[int]):
+    """For each data set and seed: ``(name, seed, adata, (label_key, context_key, symbol_key), context_role)``."""
+    for name in names:
+        keys = trilemma.DATASETS[name]
+        role = trilemma.default_context_role(name)
+        for seed in seeds:
+            yield name, seed, labelled_data(name, keys[1]), keys, role
+
+
+def record_row(row: dict, out: str) -> None:
+    """Print ``row`` and append it to the JSON-lines file ``out``."""
+    print(json.dumps(row), flush=True)
+    with open(out, "a") as handle:
+        handle.write(json.dumps(row) + "\n")
+
+
 def headline_scores(a: ad.AnnData, model, seed: int, label_key: str, context_key: str, symbol_key) -> dict:
     """The trained model's headline Scorecard figures on ``a``, scored beside a PCA as trilemma.py scores them."""
     a.obsm["X_sctrilemma"] = model.get_latent_representation()
