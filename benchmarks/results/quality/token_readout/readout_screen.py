@@ -9,11 +9,9 @@ seed, every read-out scored by the Scorecard (identity, context mixing, depth; n
 Usage (from the repository root; one data set per one-thread process)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/results/quality/token_readout/readout_screen.py \
-        --data kang2018_pbmc_ctrl.h5ad --seeds 0 1
+        --data kang2018_pbmc_ctrl.h5ad --seeds 0 1 --out screen.jsonl
 """
 
-import argparse
-import json
 import os
 import sys
 import warnings
@@ -25,39 +23,28 @@ from sklearn.decomposition import PCA
 sys.path.insert(0, "benchmarks")
 sys.path.insert(0, "benchmarks/results/quality/gene_panel/mild")
 import trilemma
-from screen_panel import labelled_data
+from screen_panel import record_row, screen_arguments, screen_runs
 
 from sctrilemma.benchmark import Scorecard
 
 warnings.filterwarnings("ignore")
 READOUTS = ["X_pooled", "X_tokens_pca", "X_tokens_centred_pca"]
-parser = argparse.ArgumentParser()
-parser.add_argument("--data", nargs="+")
-parser.add_argument("--seeds", nargs="+", type=int)
-parser.add_argument("--out", default=None, help="also append each row to this JSON-lines file")
-args = parser.parse_args()
-for name in args.data:
-    label_key, context_key, _ = trilemma.DATASETS[name]
-    for seed in args.seeds:
-        adata = labelled_data(name, context_key)
-        role = trilemma.default_context_role(name)
-        model, budget = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, None, None, role)
-        adata.obsm["X_pooled"] = model.get_latent_representation()
-        tokens = np.asarray(model.get_latent_tokens())
-        adata.obsm["X_tokens_pca"] = PCA(50, random_state=0).fit_transform(tokens.reshape(tokens.shape[0], -1))
-        shift = tokens.mean(axis=1) - adata.obsm["X_pooled"]  # the prior shift the pooled embedding subtracts
-        centred = (tokens - shift[:, None, :]).reshape(tokens.shape[0], -1)
-        adata.obsm["X_tokens_centred_pca"] = PCA(50, random_state=0).fit_transform(centred)
-        torch.set_num_threads(1)
-        card = Scorecard(adata, READOUTS, label_key, context_key, n_repeats=5, seed=seed, progress_bar=False)
-        card.benchmark()
-        results = card.get_results()
-        row = {"data": name, "seed": seed, **budget, "load": os.getloadavg()[0]}
-        for method in READOUTS:
-            for metric in ("nmi", "ari", "bras", "depth_r2"):
-                rows = results[(results["method"] == method) & (results["metric"] == metric)]
-                row[f"{method[2:]}_{metric}"] = round(float(rows["mean"].iloc[0]), 4)
-        print(json.dumps(row), flush=True)
-        if args.out:
-            with open(args.out, "a") as handle:
-                handle.write(json.dumps(row) + "\n")
+args = screen_arguments().parse_args()
+for name, seed, adata, (label_key, context_key, _), role in screen_runs(args.data, args.seeds):
+    model, budget = trilemma.train_sctrilemma(adata.copy(), context_key, 240.0, seed, None, None, role)
+    adata.obsm["X_pooled"] = model.get_latent_representation()
+    tokens = np.asarray(model.get_latent_tokens())
+    adata.obsm["X_tokens_pca"] = PCA(50, random_state=0).fit_transform(tokens.reshape(tokens.shape[0], -1))
+    shift = tokens.mean(axis=1) - adata.obsm["X_pooled"]  # the prior shift the pooled embedding subtracts
+    centred = (tokens - shift[:, None, :]).reshape(tokens.shape[0], -1)
+    adata.obsm["X_tokens_centred_pca"] = PCA(50, random_state=0).fit_transform(centred)
+    torch.set_num_threads(1)
+    card = Scorecard(adata, READOUTS, label_key, context_key, n_repeats=5, seed=seed, progress_bar=False)
+    card.benchmark()
+    results = card.get_results()
+    row = {"data": name, "seed": seed, **budget, "load": os.getloadavg()[0]}
+    for method in READOUTS:
+        for metric in ("nmi", "ari", "bras", "depth_r2"):
+            rows = results[(results["method"] == method) & (results["metric"] == metric)]
+            row[f"{method[2:]}_{metric}"] = round(float(rows["mean"].iloc[0]), 4)
+    record_row(row, args.out)
