@@ -17,12 +17,14 @@ Usage (from the repository root; one data set per one-thread process)::
 import sys
 import warnings
 
+import torch
 from lightning.pytorch.callbacks import Callback
 
 sys.path.insert(0, "benchmarks")
 sys.path.insert(0, "benchmarks/results/quality/gene_panel/mild")
 import trilemma
 from screen_panel import headline_scores, record_row, screen_arguments, screen_runs
+from train_with import LongerAverage
 
 from sctrilemma.train._trainingplan import forget_prepared_blocks
 
@@ -33,23 +35,18 @@ class LongerAverages(Callback):
     """Averages of the module's weights after every training step, one per ``k`` in ``horizons``."""
 
     def __init__(self, horizons: tuple[int, ...]) -> None:
-        self.horizons = horizons
+        self.rules = {k: LongerAverage(k) for k in horizons}
         self.n_updates = 0
         self.averages: dict[int, dict] = {}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         state = pl_module.module.state_dict()
-        for k in self.horizons:
+        for k, rule in self.rules.items():
             if k not in self.averages:
                 self.averages[k] = {name: value.detach().clone() for name, value in state.items()}
                 continue
-            weight = (k - 1) / (k + self.n_updates)
-            for name, value in state.items():
-                average = self.averages[k][name]
-                if average.is_floating_point():
-                    average.lerp_(value.detach(), weight)
-                else:
-                    average.copy_(value)
+            current = [state[name].detach() for name in self.averages[k]]
+            rule.average(list(self.averages[k].values()), current, torch.tensor(self.n_updates))
         self.n_updates += 1
 
 

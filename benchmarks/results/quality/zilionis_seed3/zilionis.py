@@ -9,7 +9,9 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
 sys.path.insert(0, "benchmarks")
+sys.path.insert(0, "benchmarks/results/quality/gene_panel/mild")
 import trilemma
+from screen_panel import labelled_data
 
 NAME = "zilionis2019_mouse_lung_cluey.h5ad"
 LABEL_KEY, CONTEXT_KEY, _ = trilemma.DATASETS[NAME]
@@ -17,10 +19,7 @@ LABEL_KEY, CONTEXT_KEY, _ = trilemma.DATASETS[NAME]
 
 def load() -> ad.AnnData:
     """The data set as the benchmark reads it."""
-    adata = ad.read_h5ad(f"../shared/data/{NAME}")
-    adata.obs_names_make_unique()
-    adata.obs[CONTEXT_KEY] = adata.obs[CONTEXT_KEY].astype(str)
-    return adata
+    return labelled_data(NAME, CONTEXT_KEY)
 
 
 def train(adata: ad.AnnData, seed: int):

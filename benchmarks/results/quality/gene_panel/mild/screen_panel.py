@@ -96,11 +96,7 @@ if __name__ == "__main__":
     args = p.parse_args()
     kw = json.loads(args.model)
     plan = json.loads(args.plan) or None
-    for name in args.data:
-        label_key, context_key, symbol_key = trilemma.DATASETS[name]
-        role = trilemma.default_context_role(name)
-        for seed in args.seeds:
-            a = labelled_data(name, context_key)
-            model, budget = trilemma.train_sctrilemma(a.copy(), context_key, 240.0, seed, kw, plan, role)
-            scores = headline_scores(a, model, seed, label_key, context_key, symbol_key)
-            print(json.dumps({"tag": args.tag, "data": name, "seed": seed, **budget, **scores}), flush=True)
+    for name, seed, a, keys, role in screen_runs(args.data, args.seeds):
+        model, budget = trilemma.train_sctrilemma(a.copy(), keys[1], 240.0, seed, kw, plan, role)
+        scores = headline_scores(a, model, seed, *keys)
+        print(json.dumps({"tag": args.tag, "data": name, "seed": seed, **budget, **scores}), flush=True)
