@@ -1,4 +1,4 @@
-"""The small preset trained as trilemma.py trains it (240 s), its early stop watching another validation metric.
+"""The small preset trained as trilemma.py trains it (240 s, or ``--budget-s``), its early stop watching another metric.
 
 ``--monitor`` names the metric: ``reconstruction_loss_validation`` is the preset's; ``elbo_validation`` adds the KL
 of the posterior to the PB-Cond prior, unweighted, so the stop also sees the latent spreading. Scored by the
@@ -26,10 +26,11 @@ warnings.filterwarnings("ignore")
 if __name__ == "__main__":
     parser = screen_arguments()
     parser.add_argument("--monitor", required=True, help="reconstruction_loss_validation: the preset")
+    parser.add_argument("--budget-s", type=float, default=240.0, help="max_time in seconds (trilemma.py's: 240)")
     args = parser.parse_args()
     _presets.EARLY_STOPPING_MONITOR = args.monitor
     for name, seed, adata, keys, role in screen_runs(args.data, args.seeds):
-        model, budget = trilemma.train_sctrilemma(adata.copy(), keys[1], 240.0, seed, None, None, role)
+        model, budget = trilemma.train_sctrilemma(adata.copy(), keys[1], args.budget_s, seed, None, None, role)
         scores = headline_scores(adata, model, seed, *keys)
         history = model.history
         validation = {
