@@ -21,17 +21,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 from sklearn.decomposition import PCA
-from zilionis import LABEL_KEY, between_share, kmeans_nmi, load, train
+from zilionis import LABEL_KEY, between_share, centred_within, kmeans_nmi, load, train
 
 warnings.filterwarnings("ignore")
-
-
-def centred_within(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """``values`` (cells × columns) less the mean of each cell's type."""
-    out = values.astype(float).copy()
-    for t in np.unique(labels):
-        out[labels == t] -= out[labels == t].mean(0)
-    return out
 
 
 def explained(target: np.ndarray, covariate: np.ndarray, labels: np.ndarray) -> float:

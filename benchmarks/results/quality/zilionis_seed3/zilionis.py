@@ -36,7 +36,14 @@ def kmeans_nmi(x: np.ndarray, labels: np.ndarray, seed: int) -> float:
     return float(np.mean([normalized_mutual_info_score(labels, f) for f in fits]))
 
 
+def centred_within(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``values`` (cells × columns) less the mean of each cell's type."""
+    out = values.astype(float).copy()
+    for t in np.unique(labels):
+        out[labels == t] -= out[labels == t].mean(0)
+    return out
+
+
 def between_share(x: np.ndarray, labels: np.ndarray) -> float:
     """The share of ``x``'s variance over cells that lies between the centroids of ``labels``' types."""
-    within = sum(((x[labels == t] - x[labels == t].mean(0)) ** 2).sum() for t in np.unique(labels))
-    return float(1 - within / ((x - x.mean(0)) ** 2).sum())
+    return float(1 - (centred_within(x, labels) ** 2).sum() / ((x - x.mean(0)) ** 2).sum())
