@@ -7,7 +7,8 @@ The charge is scale-free: the batch's mean squared distance between the two view
 two views' total variance across the batch's cells (0 when the views agree, about 1 when they are unrelated), times
 ``--consistency`` times the batch's mean reconstruction loss per cell (detached), so one value means the same share of
 the loss on every data set. ``--consistency 0`` is the preset. Scored by the Scorecard beside a PCA as
-``gene_panel/mild/screen_panel.py`` scores one model, with the last 50 training steps' mean charge.
+``gene_panel/mild/screen_panel.py`` scores one model; each row also has the two views' disagreement averaged over the
+run's last 50 training steps.
 
 Usage (from the repository root; one arm per one-thread process, two side by side, paired by seed)::
 
@@ -31,7 +32,7 @@ from sctrilemma._constants import SCT_MODULE_KEYS
 from sctrilemma.module import SCTrilemmaModule
 
 warnings.filterwarnings("ignore")
-RECENT_CHARGES: deque = deque(maxlen=50)
+RECENT_DISAGREEMENT: deque = deque(maxlen=50)
 
 
 def view_disagreement(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
@@ -52,7 +53,7 @@ def charge_view_disagreement(weight: float) -> None:
         first = inference_outputs[SCT_MODULE_KEYS.QZ_TOKENS_MEAN_KEY].mean(-2)
         second = self._regular_inference(tensors[REGISTRY_KEYS.X_KEY])[SCT_MODULE_KEYS.QZ_TOKENS_MEAN_KEY].mean(-2)
         disagreement = view_disagreement(first, second)
-        RECENT_CHARGES.append(float(disagreement.detach()))
+        RECENT_DISAGREEMENT.append(float(disagreement.detach()))
         scale = output.reconstruction_loss_sum.detach() / output.n_obs_minibatch
         object.__setattr__(output, "loss", output.loss + weight * scale * disagreement)
         return output
@@ -67,9 +68,16 @@ if __name__ == "__main__":
     if args.consistency > 0:
         charge_view_disagreement(args.consistency)
     for name, seed, adata, keys, role in screen_runs(args.data, args.seeds):
-        RECENT_CHARGES.clear()
+        RECENT_DISAGREEMENT.clear()
         model, budget = trilemma.train_sctrilemma(adata.copy(), keys[1], 240.0, seed, None, None, role)
         scores = headline_scores(adata, model, seed, *keys)
-        charge = sum(RECENT_CHARGES) / len(RECENT_CHARGES) if RECENT_CHARGES else None
-        row = {"data": name, "seed": seed, "consistency": args.consistency, "disagreement": charge, **budget, **scores}
+        disagreement = sum(RECENT_DISAGREEMENT) / len(RECENT_DISAGREEMENT) if RECENT_DISAGREEMENT else None
+        row = {
+            "data": name,
+            "seed": seed,
+            "consistency": args.consistency,
+            "disagreement": disagreement,
+            **budget,
+            **scores,
+        }
         record_row(row, args.out)
