@@ -20,14 +20,11 @@ import sys
 import warnings
 
 import numpy as np
-import torch
 
 sys.path.insert(0, "benchmarks")
 sys.path.insert(0, "benchmarks/results/quality/gene_panel/mild")
 import trilemma
-from screen_panel import record_row, screen_arguments, screen_runs
-
-from sctrilemma.benchmark import Scorecard
+from screen_panel import readout_scores, record_row, screen_arguments, screen_runs
 
 warnings.filterwarnings("ignore")
 READOUTS = ["X_pooled", "X_precision", "X_scaled"]
@@ -48,13 +45,6 @@ for name, seed, adata, (label_key, context_key, _), role in screen_runs(args.dat
         "token_logvar_sd": round(float(log_var.std(axis=1).mean()), 4),  # across tokens, per cell and dimension
     }
     print(name, seed, spread, flush=True)
-    torch.set_num_threads(1)
-    card = Scorecard(adata, READOUTS, label_key, context_key, n_repeats=5, seed=seed, progress_bar=False)
-    card.benchmark()
-    results = card.get_results()
-    row = {"data": name, "seed": seed, **budget, "load": os.getloadavg()[0], **spread}
-    for method in READOUTS:
-        for metric in ("nmi", "ari", "bras", "depth_r2"):
-            rows = results[(results["method"] == method) & (results["metric"] == metric)]
-            row[f"{method[2:]}_{metric}"] = round(float(rows["mean"].iloc[0]), 4)
+    scores = readout_scores(adata, READOUTS, seed, label_key, context_key)
+    row = {"data": name, "seed": seed, **budget, "load": os.getloadavg()[0], **spread, **scores}
     record_row(row, args.out)

@@ -17,15 +17,12 @@ import sys
 import warnings
 
 import numpy as np
-import torch
 from sklearn.decomposition import PCA
 
 sys.path.insert(0, "benchmarks")
 sys.path.insert(0, "benchmarks/results/quality/gene_panel/mild")
 import trilemma
-from screen_panel import record_row, screen_arguments, screen_runs
-
-from sctrilemma.benchmark import Scorecard
+from screen_panel import readout_scores, record_row, screen_arguments, screen_runs
 
 warnings.filterwarnings("ignore")
 READOUTS = ["X_pooled", "X_tokens_pca", "X_tokens_centred_pca"]
@@ -38,13 +35,6 @@ for name, seed, adata, (label_key, context_key, _), role in screen_runs(args.dat
     shift = tokens.mean(axis=1) - adata.obsm["X_pooled"]  # the prior shift the pooled embedding subtracts
     centred = (tokens - shift[:, None, :]).reshape(tokens.shape[0], -1)
     adata.obsm["X_tokens_centred_pca"] = PCA(50, random_state=0).fit_transform(centred)
-    torch.set_num_threads(1)
-    card = Scorecard(adata, READOUTS, label_key, context_key, n_repeats=5, seed=seed, progress_bar=False)
-    card.benchmark()
-    results = card.get_results()
-    row = {"data": name, "seed": seed, **budget, "load": os.getloadavg()[0]}
-    for method in READOUTS:
-        for metric in ("nmi", "ari", "bras", "depth_r2"):
-            rows = results[(results["method"] == method) & (results["metric"] == metric)]
-            row[f"{method[2:]}_{metric}"] = round(float(rows["mean"].iloc[0]), 4)
+    scores = readout_scores(adata, READOUTS, seed, label_key, context_key)
+    row = {"data": name, "seed": seed, **budget, "load": os.getloadavg()[0], **scores}
     record_row(row, args.out)

@@ -55,6 +55,23 @@ def record_row(row: dict, out: str) -> None:
         handle.write(json.dumps(row) + "\n")
 
 
+def readout_scores(a: ad.AnnData, readouts: list[str], seed: int, label_key: str, context_key: str) -> dict:
+    """NMI, ARI, BRAS and depth R² of each embedding ``a.obsm[readout]``, scored by one Scorecard on the same samples.
+
+    Keys are the read-out's name without its ``X_`` and the metric's, e.g. ``pooled_nmi`` for ``X_pooled``.
+    """
+    torch.set_num_threads(1)
+    card = Scorecard(a, readouts, label_key, context_key, n_repeats=5, seed=seed, progress_bar=False)
+    card.benchmark()
+    results = card.get_results()
+    scores = {}
+    for method in readouts:
+        for metric in ("nmi", "ari", "bras", "depth_r2"):
+            rows = results[(results["method"] == method) & (results["metric"] == metric)]
+            scores[f"{method[2:]}_{metric}"] = round(float(rows["mean"].iloc[0]), 4)
+    return scores
+
+
 def headline_scores(a: ad.AnnData, model, seed: int, label_key: str, context_key: str, symbol_key) -> dict:
     """The trained model's headline Scorecard figures on ``a``, scored beside a PCA as trilemma.py scores them."""
     a.obsm["X_sctrilemma"] = model.get_latent_representation()
