@@ -1,6 +1,7 @@
 """Scratch screen: SCTrilemma as trilemma.py trains it (240 s), scored by the Scorecard beside a PCA (no scVI).
 
-``--model`` and ``--plan`` take SCTrilemma's model arguments and ``plan_kwargs`` as JSON.
+``--model``, ``--plan`` and ``--train`` take SCTrilemma's model arguments, ``plan_kwargs`` and other ``train()``
+arguments as JSON.
 """
 
 import argparse
@@ -109,11 +110,14 @@ if __name__ == "__main__":
     p.add_argument("--seeds", nargs="+", type=int)
     p.add_argument("--model", default="{}")
     p.add_argument("--plan", default="{}", help="plan_kwargs, as JSON")
+    p.add_argument("--train", default="{}", help="other train() arguments, as JSON (e.g. early_stopping)")
     p.add_argument("--tag", required=True)
     args = p.parse_args()
     kw = json.loads(args.model)
     plan = json.loads(args.plan) or None
     for name, seed, a, keys, role in screen_runs(args.data, args.seeds):
-        model, budget = trilemma.train_sctrilemma(a.copy(), keys[1], 240.0, seed, kw, plan, role)
+        model, budget = trilemma.train_sctrilemma(
+            a.copy(), keys[1], 240.0, seed, kw, plan, role, json.loads(args.train)
+        )
         scores = headline_scores(a, model, seed, *keys)
         print(json.dumps({"tag": args.tag, "data": name, "seed": seed, **budget, **scores}), flush=True)
