@@ -1,7 +1,8 @@
 """Screen rows without the stop, paired by seed with the trilemma benchmark's runs of the preset on this EPYC.
 
-The benchmark's runs (`../../trilemma/epyc_2dec/`, seeds 0-5, and `../../trilemma/epyc_4dec_seeds_6_11/`, seeds 6-11)
-give, per seed, the preset with its stop, scVI and PCA. Usage (from the repository root)::
+The benchmark's runs (`../../trilemma/epyc_2dec/`, seeds 0-5, and for Baron and Zilionis
+`../../trilemma/epyc_4dec_seeds_6_11/`, seeds 6-11) give, per seed, the preset with its stop, scVI and PCA. Usage
+(from the repository root; ``kang``, ``cellbench``, ``baron`` or ``zilionis``)::
 
     python benchmarks/results/quality/early_stop_epyc/pair_with_benchmark.py baron ROWS.jsonl
 """
@@ -21,7 +22,7 @@ def benchmark_runs(name: str) -> dict[int, dict[tuple[str, str], float]]:
     """Per seed, each (method, metric)'s mean in the benchmark's runs of data set ``name``."""
     files = [TRILEMMA / "epyc_2dec" / f"runs_{name}.json"]
     files += [TRILEMMA / "epyc_4dec_seeds_6_11" / part / f"runs_{name}.json" for part in ("p1", "p2")]
-    runs = [run for path in files for run in json.loads(path.read_text())]
+    runs = [run for path in files if path.exists() for run in json.loads(path.read_text())]
     return {run["seed"]: {(r["method"], r["metric"]): r["mean"] for r in run["results"]} for run in runs}
 
 
