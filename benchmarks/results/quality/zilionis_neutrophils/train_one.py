@@ -8,20 +8,15 @@ import json
 import sys
 import warnings
 
-import anndata as ad
 import numpy as np
-import torch
 
-sys.path.insert(0, "benchmarks")
-import trilemma
+sys.path.insert(0, "benchmarks/results/quality/gene_panel/mild")
+from screen_panel import screen_runs, trilemma
 
 warnings.filterwarnings("ignore")
 seed, out = int(sys.argv[1]), sys.argv[2]
 train_kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
-torch.set_num_threads(1)
-a = ad.read_h5ad("../shared/data/zilionis2019_mouse_lung_cluey.h5ad")
-a.obs_names_make_unique()
-a.obs["Animal"] = a.obs["Animal"].astype(str)
-model, budget = trilemma.train_sctrilemma(a.copy(), "Animal", 240.0, seed, train_kwargs=train_kwargs)
-np.save(out, model.get_latent_representation())
-print(json.dumps({"seed": seed, "train": train_kwargs, **budget}), flush=True)
+for _, _, a, keys, role in screen_runs(["zilionis2019_mouse_lung_cluey.h5ad"], [seed]):
+    model, budget = trilemma.train_sctrilemma(a.copy(), keys[1], 240.0, seed, None, None, role, train_kwargs)
+    np.save(out, model.get_latent_representation())
+    print(json.dumps({"seed": seed, "train": train_kwargs, **budget}), flush=True)
