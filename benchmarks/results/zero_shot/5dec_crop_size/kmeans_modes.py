@@ -28,27 +28,31 @@ N_STARTS = 20
 MARKERS = ["CD3D", "CD3E", "IL7R", "LDHB", "CD8A", "NKG7", "GNLY", "GZMB", "PRF1", "CCL5", "KLRD1"]
 
 
-def partitions(embedding: np.ndarray, types: np.ndarray, seed: int) -> list[tuple[int, float, float, pd.DataFrame]]:
-    """Each distinct partition of the scorer's starts: (starts, NMI, inertia, cells by cluster and type)."""
+def scorer_starts(embedding: np.ndarray, n_clusters: int, seed: int) -> list[KMeans]:
+    """The scorer's 20 k-means runs, one k-means++ start each (seeds ``seed`` to ``seed + 19``)."""
+    return [
+        KMeans(n_clusters=n_clusters, n_init=1, random_state=seed + start).fit(embedding) for start in range(N_STARTS)
+    ]
+
+
+def partitions(runs: list[KMeans], types: np.ndarray) -> list[tuple[int, float, float, pd.DataFrame]]:
+    """Each distinct partition of the runs: (starts, NMI, inertia, cells by cluster and type)."""
     found: dict[tuple, list] = {}
-    for start in range(N_STARTS):
-        kmeans = KMeans(n_clusters=len(set(types)), n_init=1, random_state=seed + start).fit(embedding)
+    for kmeans in runs:
         table = pd.crosstab(kmeans.labels_, types)
         key = tuple(sorted(map(tuple, table.to_numpy())))
         nmi = normalized_mutual_info_score(types, kmeans.labels_)
         found.setdefault(key, []).append((nmi, kmeans.inertia_))
     columns = sorted(set(types))
     return [
-        (len(runs), runs[0][0], runs[0][1], pd.DataFrame(list(key), columns=columns))
-        for key, runs in sorted(found.items(), key=lambda item: -len(item[1]))
+        (len(found_runs), found_runs[0][0], found_runs[0][1], pd.DataFrame(list(key), columns=columns))
+        for key, found_runs in sorted(found.items(), key=lambda item: -len(item[1]))
     ]
 
 
-def markers_of_t_cells_with_nk(query, embedding: np.ndarray, seed: int) -> pd.DataFrame:
-    """Mean marker counts of CD4 T cells in the lowest-inertia partition's NK cluster, of other CD4 T cells and NK."""
+def markers_of_t_cells_with_nk(query, clusters: np.ndarray) -> pd.DataFrame:
+    """Mean marker counts of CD4 T cells in the partition's NK cluster, of other CD4 T cells and of NK cells."""
     types = query.obs["cell_type"].astype(str).to_numpy()
-    runs = [KMeans(n_clusters=4, n_init=1, random_state=seed + start).fit(embedding) for start in range(N_STARTS)]
-    clusters = min(runs, key=lambda kmeans: kmeans.inertia_).labels_
     nk_cluster = pd.crosstab(clusters, types)["NK cells"].idxmax()
     t_cells = types == "CD4 T cells"
     groups = {
@@ -73,13 +77,14 @@ def main() -> None:
     types = query.obs["cell_type"].astype(str).to_numpy()
     embeddings = [(f"query_z_{seed}", seed) for seed in seeds] + [("query_pca", seed) for seed in seeds]
     for name, seed in embeddings:
-        embedding = np.load(out / f"{name}.npy")
-        found = partitions(embedding, types, seed)
+        runs = scorer_starts(np.load(out / f"{name}.npy"), len(set(types)), seed)
+        found = partitions(runs, types)
         mean_nmi = sum(n * nmi for n, nmi, _, _ in found) / N_STARTS
         print(f"== {name}, starts of seed {seed}: mean NMI {mean_nmi:.3f}")
         for n_starts, nmi, inertia, table in found:
             print(f"{n_starts} starts: NMI {nmi:.3f}, inertia {inertia:.1f}\n{table.to_string()}")
-        markers = markers_of_t_cells_with_nk(query, embedding, seed)
+        lowest_inertia = min(runs, key=lambda kmeans: kmeans.inertia_)
+        markers = markers_of_t_cells_with_nk(query, lowest_inertia.labels_)
         print(f"mean counts in the lowest-inertia partition\n{markers.to_string()}")
 
 
