@@ -115,9 +115,8 @@ if __name__ == "__main__":
     args = p.parse_args()
     kw = json.loads(args.model)
     plan = json.loads(args.plan) or None
+    train_kwargs = json.loads(args.train)
     for name, seed, a, keys, role in screen_runs(args.data, args.seeds):
-        model, budget = trilemma.train_sctrilemma(
-            a.copy(), keys[1], 240.0, seed, kw, plan, role, json.loads(args.train)
-        )
+        model, budget = trilemma.train_sctrilemma(a.copy(), keys[1], 240.0, seed, kw, plan, role, train_kwargs)
         scores = headline_scores(a, model, seed, *keys)
         print(json.dumps({"tag": args.tag, "data": name, "seed": seed, **budget, **scores}), flush=True)
