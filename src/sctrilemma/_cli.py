@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sctrilemma._cli_types import MAX_TIME_FORMAT, positive_int, seed, time_budget
+from sctrilemma._cli_types import MAX_TIME_FORMAT, positive_int, seed, time_budget, unit_fraction
 
 if TYPE_CHECKING:
     import anndata as ad
@@ -253,7 +253,7 @@ def _embed(args: argparse.Namespace) -> None:
 
     out = read_h5ad(source)
     # Zero-shot: the query may have another gene set (IDs or symbols) and unseen donors; `out` is not modified.
-    model = SCTrilemma.load_query_data(out, model_dir, layer=args.layer)
+    model = SCTrilemma.load_query_data(out, model_dir, layer=args.layer, min_overlap=args.min_overlap)
     embedding = model.get_latent_representation(batch_size=args.batch_size)
     out.obsm[EMBEDDING_KEY] = embedding
     out.write_h5ad(target, compression="gzip")
@@ -399,6 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--model", required=True, help="directory of a saved model (from `sctrilemma train --out`)")
     embed.add_argument("--out", required=True, help="output .h5ad (input plus .obsm['X_sctrilemma'])")
     embed.add_argument("--layer", default=None, help="layer with raw counts (default: the model's, else X)")
+    embed.add_argument(
+        "--min-overlap",
+        type=unit_fraction,
+        default=0.5,
+        help="least share of the model's genes the input must hold (default 0.5; lower it for a targeted panel)",
+    )
     embed.add_argument(
         "--batch-size",
         type=positive_int,

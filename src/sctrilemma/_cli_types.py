@@ -22,6 +22,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def unit_fraction(text: str) -> float:
+    """A number in ``(0, 1]``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
+    return value
+
+
 def seed(text: str) -> int:
     """A seed Lightning accepts: an integer from 0 to 2**32 - 1."""
     try:

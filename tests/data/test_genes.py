@@ -62,7 +62,8 @@ def test_match_by_ensembl_with_version_suffixes() -> None:
     assert match.n_query == 5
     assert match.n_matched == 4
     assert _mapping(match) == {0: 5, 2: 0, 3: 7, 4: 2}
-    assert match.expressed_fraction == pytest.approx(4 / 5)
+    assert match.n_found == 4
+    assert match.vocabulary_fraction == pytest.approx(4 / 8)
 
 
 def test_match_by_symbols_is_case_insensitive() -> None:
@@ -70,13 +71,13 @@ def test_match_by_symbols_is_case_insensitive() -> None:
     match = match_genes(query, VOCAB, vocabulary_symbols=SYMBOLS)
     assert match.by == "symbol"
     assert _mapping(match) == {0: 7, 1: 3, 2: 4, 4: 0}
-    assert match.expressed_fraction == pytest.approx(4 / 5)
+    assert match.vocabulary_fraction == pytest.approx(4 / 8)
 
 
 def test_match_by_symbol_column() -> None:
     query = [f"probe_{i}" for i in range(4)]
     symbols = ["PPBP", "ccl3", "unknown", "CD79A"]
-    match = match_genes(query, VOCAB, query_symbols=symbols, vocabulary_symbols=SYMBOLS)
+    match = match_genes(query, VOCAB, query_symbols=symbols, vocabulary_symbols=SYMBOLS, min_fraction=0.3)
     assert match.by == "symbol"
     assert _mapping(match) == {0: 5, 1: 6, 3: 1}
 
@@ -119,7 +120,7 @@ def test_project_sums_duplicates_and_orders_by_vocabulary(sparse: bool) -> None:
     # query genes: VOCAB[3] twice (two versions), VOCAB[0], an unknown gene, VOCAB[6]
     query = [f"{VOCAB[3]}.1", VOCAB[0], "ENSG00000999999", f"{VOCAB[3]}.2", VOCAB[6]]
     counts = np.asarray([[1, 2, 3, 4, 5], [0, 7, 100, 11, 0], [6, 0, 0, 0, 9]], dtype=np.int32)
-    match = match_genes(query, VOCAB)
+    match = match_genes(query, VOCAB, min_fraction=0.3)
     assert match.n_matched == 4
     projected = match.project(sp.csr_matrix(counts) if sparse else counts, VOCAB.size)
     assert sp.issparse(projected)
@@ -132,16 +133,24 @@ def test_project_sums_duplicates_and_orders_by_vocabulary(sparse: bool) -> None:
     np.testing.assert_array_equal(projected.toarray()[:, 3], [5, 11, 6])
 
 
-def test_expressed_fraction_counts_expressed_genes_only() -> None:
-    # e0..e5 expressed, u0..u3 not; matched: e0, e1 and u0, u1, u2
-    query = [VOCAB[0], VOCAB[1], "ENSG00000900001", "ENSG00000900002", "ENSG00000900003", "ENSG00000900004"]
-    query += [VOCAB[2], VOCAB[3], VOCAB[4], "ENSG00000900005"]
-    expressed = np.asarray([True] * 6 + [False] * 4)
-    match = match_genes(query, VOCAB, expressed=expressed, min_fraction=0.3)
-    assert match.n_matched == 5
-    assert match.expressed_fraction == pytest.approx(2 / 6)  # not 5 / 10
-    with pytest.raises(ValueError, match=r"33\.3% of the query's expressed genes match the model's genes"):
-        match_genes(query, VOCAB, expressed=expressed, min_fraction=0.4)
+def test_only_the_models_share_is_judged() -> None:
+    # a full-transcriptome query: six of the eight model genes among 5,000 others, some versioned
+    others = [f"ENSG9{n:010d}" for n in range(5000)]
+    query = [*others[:2000], f"{VOCAB[0]}.4", VOCAB[1], VOCAB[2], *others[2000:], VOCAB[3], f"{VOCAB[4]}.1", VOCAB[5]]
+    match = match_genes(query, VOCAB, min_fraction=0.75)
+    assert match.n_query == 5006
+    assert (match.n_matched, match.n_found) == (6, 6)
+    assert match.vocabulary_fraction == pytest.approx(6 / 8)
+    with pytest.raises(ValueError, match=r"holds only 6 of the model's 8 genes \(75\.0%.*`min_overlap`.*--min-overlap"):
+        match_genes(query, VOCAB, min_fraction=0.8)
+
+
+def test_duplicates_count_once_towards_the_share() -> None:
+    query = [f"{VOCAB[0]}.1", f"{VOCAB[0]}.2", VOCAB[1], "ENSG00000999999"]
+    match = match_genes(query, VOCAB, min_fraction=0.25)
+    assert match.n_matched == 3
+    assert match.n_found == 2
+    assert match.vocabulary_fraction == pytest.approx(2 / 8)
 
 
 # ------------------------------------------------------------------ errors
@@ -150,7 +159,7 @@ def test_mouse_ensembl_ids_are_another_species() -> None:
     with pytest.raises(ValueError, match="another species") as info:
         match_genes(query, VOCAB, vocabulary_symbols=SYMBOLS)
     assert "ENSMUSG" in str(info.value)
-    assert "match the model's genes" in str(info.value)
+    assert "holds only 0 of the model's 8 genes" in str(info.value)
 
 
 def test_mouse_symbols_are_reported() -> None:

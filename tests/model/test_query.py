@@ -247,18 +247,48 @@ def test_imputes_unmeasured_genes(query_model: SCTrilemma, measured: np.ndarray)
 # ------------------------------------------------------------------ failures
 def test_too_little_overlap(reference_dir: Path, base: ad.AnnData) -> None:
     rng = np.random.default_rng(4)
-    expressed = np.flatnonzero(np.asarray(base.X.sum(0)).ravel() > 0)
-    renamed = rng.choice(expressed, int(round(0.8 * expressed.size)), replace=False)  # only 20% still match
+    renamed = rng.choice(base.n_vars, int(round(0.8 * base.n_vars)), replace=False)  # only 20% of the model's genes
     names = base.var_names.to_numpy().astype(object)
     names[renamed] = [f"ENSG8{n:010d}" for n in range(renamed.size)]
     query = ad.AnnData(X=base.X.copy(), obs=base.obs.copy(), var=pd.DataFrame(index=pd.Index(names)))
-    with pytest.raises(ValueError, match="match the model's genes"):
+    before = _snapshot(query)
+    found = base.n_vars - renamed.size
+    message = rf"holds only {found} of the model's {base.n_vars} genes .*`min_overlap`"
+    with pytest.raises(ValueError, match=message):
         SCTrilemma.prepare_query_anndata(query, reference_dir)
-    with pytest.raises(ValueError, match="match the model's genes"):
+    with pytest.raises(ValueError, match=message):
         SCTrilemma.load_query_data(query, reference_dir)
+    _assert_unchanged(query, before)
     # the threshold is what fails: a lower one accepts the same query
     prepared = SCTrilemma.prepare_query_anndata(query, reference_dir, inplace=False, min_overlap=0.1)
-    assert prepared.uns["sctrilemma_gene_match"]["expressed_fraction"] == pytest.approx(0.2, abs=0.01)
+    assert prepared.uns["sctrilemma_gene_match"]["n_model_genes_found"] == found
+    assert prepared.uns["sctrilemma_gene_match"]["model_gene_fraction"] == pytest.approx(found / base.n_vars)
+
+
+def test_full_transcriptome_query_is_accepted(reference_dir: Path, base: ad.AnnData) -> None:
+    """The model's genes among 20,000 others, as in a full-transcriptome study: accepted, the same embedding."""
+    n_other = 20_000
+    rng = np.random.default_rng(5)
+    other = sp.random(base.n_obs, n_other, density=0.02, format="csr", random_state=6, dtype=np.float32)
+    other.data = rng.integers(1, 4, other.data.size).astype(np.float32)
+    order = rng.permutation(base.n_vars + n_other)
+    counts = sp.hstack([sp.csr_matrix(base.X), other], format="csr")[:, order]
+    names = np.concatenate([base.var_names.to_numpy(), [f"ENSG7{n:010d}.1" for n in range(n_other)]])[order]
+    query = ad.AnnData(X=counts, obs=base.obs.copy(), var=pd.DataFrame(index=pd.Index(names.astype(str))))
+    model = SCTrilemma.load_query_data(query, reference_dir)  # the default threshold
+    assert model.adata.uns["sctrilemma_gene_match"]["model_gene_fraction"] == 1.0
+    alone = SCTrilemma.load_query_data(base, reference_dir).get_latent_representation()  # the model's genes only
+    np.testing.assert_allclose(model.get_latent_representation(), alone, atol=1e-5)
+
+
+def test_duplicated_query_genes_are_refused(reference_dir: Path, base: ad.AnnData) -> None:
+    names = base.var_names.to_numpy().astype(object)
+    names[1] = names[0]
+    query = ad.AnnData(X=base.X.copy(), obs=base.obs.copy(), var=pd.DataFrame(index=pd.Index(names)))
+    before = _snapshot(query)
+    with pytest.raises(ValueError, match=r"duplicated gene names .*var_names_make_unique"):
+        SCTrilemma.load_query_data(query, reference_dir)
+    _assert_unchanged(query, before)
 
 
 def test_query_without_donor_column(

@@ -49,20 +49,30 @@ class GeneMatch:
         ``"ensembl"`` or ``"symbol"``.
     n_query
         Genes in the query.
-    expressed_fraction
-        Fraction of the query's expressed genes (non-zero total) that matched.
+    n_vocabulary
+        Genes in the vocabulary.
     """
 
     query_index: np.ndarray
     vocab_index: np.ndarray
     by: str
     n_query: int
-    expressed_fraction: float
+    n_vocabulary: int
 
     @property
     def n_matched(self) -> int:
         """Matched query genes."""
         return int(self.query_index.size)
+
+    @property
+    def n_found(self) -> int:
+        """Vocabulary genes that the query holds."""
+        return int(np.unique(self.vocab_index).size)
+
+    @property
+    def vocabulary_fraction(self) -> float:
+        """Share of the vocabulary's genes that the query holds."""
+        return self.n_found / max(self.n_vocabulary, 1)
 
     def project(self, counts, n_vocab: int) -> sp.csr_matrix:
         """Counts ``(n_cells, n_query)`` in vocabulary order ``(n_cells, n_vocab)``; duplicates are summed.
@@ -92,14 +102,14 @@ def match_genes(
     *,
     query_symbols: Sequence[str] | None = None,
     vocabulary_symbols: Sequence[str] | None = None,
-    expressed: np.ndarray | None = None,
     min_fraction: float = 0.5,
 ) -> GeneMatch:
     """Match query genes to a vocabulary, choosing Ensembl IDs or symbols automatically.
 
     Tries the query's names as Ensembl IDs (version suffixes stripped on both sides), as symbols
-    against ``vocabulary_symbols``, and ``query_symbols`` against those too; keeps whichever matches
-    most genes and logs a report.
+    against ``vocabulary_symbols``, and ``query_symbols`` against those too; keeps whichever finds
+    most of the vocabulary's genes and logs a report. The query may measure any other genes besides:
+    only the share of the vocabulary it holds is judged.
 
     Parameters
     ----------
@@ -111,10 +121,8 @@ def match_genes(
         Symbols of the query genes (e.g. ``var["gene_symbols"]``), if any.
     vocabulary_symbols
         Symbols of the vocabulary genes, if known.
-    expressed
-        Boolean ``(n_query,)`` marking genes with non-zero counts; all genes when ``None``.
     min_fraction
-        Minimum fraction of the query's expressed genes that must match.
+        Minimum share of the vocabulary's genes that the query must hold.
 
     Returns
     -------
@@ -123,7 +131,8 @@ def match_genes(
     Raises
     ------
     ValueError
-        If fewer than ``min_fraction`` of the expressed genes match; the message names the likely cause.
+        If the query holds less than ``min_fraction`` of the vocabulary; the message says how many
+        genes were found, the likely cause and the option that lowers the threshold.
     """
     names = np.asarray(list(map(str, query_var_names)), dtype=object)
     vocab = strip_version(vocabulary)
@@ -131,7 +140,6 @@ def match_genes(
         _refuse_mouse_symbols(
             names if query_symbols is None else np.asarray(query_symbols, dtype=object), vocabulary_symbols
         )
-    expressed = np.ones(names.size, dtype=bool) if expressed is None else np.asarray(expressed, dtype=bool)
     candidates = {"ensembl": _lookup(strip_version(names), vocab)}
     if vocabulary_symbols is not None:
         vocab_symbols = np.asarray([str(s).upper() for s in vocabulary_symbols], dtype=object)
@@ -139,20 +147,22 @@ def match_genes(
         if query_symbols is not None:
             symbols = np.asarray([str(s).upper() for s in query_symbols], dtype=object)
             candidates["symbol column"] = _lookup(symbols, vocab_symbols)
-    by, (query_index, vocab_index) = max(candidates.items(), key=lambda item: item[1][0].size)
-    n_expressed = max(int(expressed.sum()), 1)
-    fraction = float(expressed[query_index].sum()) / n_expressed
+    by, (query_index, vocab_index) = max(candidates.items(), key=lambda item: np.unique(item[1][1]).size)
+    match = GeneMatch(query_index, vocab_index, "symbol" if by.startswith("symbol") else by, names.size, vocab.size)
     logger.info(
-        "Matched %d of %d query genes by %s (%.1f%% of the %d expressed genes).",
-        query_index.size, names.size, by, 100 * fraction, n_expressed,
+        "The query holds %d of the model's %d genes (%.1f%%), matched by %s; %d of its %d genes are not used.",
+        match.n_found, vocab.size, 100 * match.vocabulary_fraction, by, names.size - match.n_matched, names.size,
     )  # fmt: skip
-    if fraction < min_fraction:
+    if match.vocabulary_fraction < min_fraction:
         raise ValueError(
-            f"Only {100 * fraction:.1f}% of the query's expressed genes match the model's genes "
-            f"(best: {by}, {query_index.size} of {names.size}; need {100 * min_fraction:.0f}%). "
-            f"{_likely_cause(names, query_symbols, vocabulary_symbols)}"
+            f"The query holds only {match.n_found} of the model's {vocab.size} genes "
+            f"({100 * match.vocabulary_fraction:.1f}%, best match by {by}); at least {100 * min_fraction:.0f}% are "
+            f"needed. {_likely_cause(names, query_symbols, vocabulary_symbols)} If the query is of the model's "
+            "species and measures fewer of its genes on purpose (a targeted panel), lower the threshold with "
+            "`min_overlap` (`--min-overlap` for `sctrilemma embed`): its cells are then embedded from the genes "
+            "it holds."
         )
-    return GeneMatch(query_index, vocab_index, "symbol" if by.startswith("symbol") else by, names.size, fraction)
+    return match
 
 
 def _title_case_fraction(names) -> float:

@@ -11,7 +11,13 @@ import numpy as np
 import pandas as pd
 from scvi import settings
 
-from sctrilemma._validation import cell_statistics, check_obs_keys, refuse_empty_cells, scan_counts
+from sctrilemma._validation import (
+    cell_statistics,
+    check_obs_keys,
+    check_unique_var_names,
+    refuse_empty_cells,
+    scan_counts,
+)
 from sctrilemma.data._genes import find_symbol_column, match_genes
 
 if TYPE_CHECKING:
@@ -42,8 +48,8 @@ def project_query(
     Raises
     ------
     ValueError
-        For counts that are not raw counts, cells without counts, missing donor/dataset values or too
-        few matching genes, before the counts are mapped.
+        For duplicated gene names, missing donor/dataset values, too few of the model's genes, counts that
+        are not raw counts or cells without counts, before the counts are mapped.
     """
     setup_args = model.registry_["setup_args"]
     reference_layer = setup_args.get("layer") or setup_args.get("rna_layer")
@@ -54,17 +60,17 @@ def project_query(
     check_obs_keys(adata.obs, {"donor_key": donor_key, "dataset_key": dataset_key})
     sources = _group_sources(adata.obs, setup_args, {"donor_key": donor_key, "dataset_key": dataset_key})
     check_obs_keys(adata.obs, {argument: source for argument, (_, source) in sources.items()})  # implicit columns
-    summary = scan_counts(counts, where=where)
-    refuse_empty_cells(summary.cell_totals, adata.obs_names, where=where)
+    check_unique_var_names(adata.var_names, adata.var, where="query")
     symbol_column = find_symbol_column(adata.var)
     match = match_genes(
         adata.var_names,
         model.gene_names_,
         query_symbols=None if symbol_column is None else adata.var[symbol_column].astype(str).to_numpy(),
         vocabulary_symbols=model.gene_symbols_,
-        expressed=summary.gene_totals > 0,
         min_fraction=min_overlap,
     )
+    summary = scan_counts(counts, where=where)
+    refuse_empty_cells(summary.cell_totals, adata.obs_names, where=where)
     projected = match.project(counts, model.gene_names_.size)
     var = pd.DataFrame(index=pd.Index(model.gene_names_.astype(str)))
     if model.gene_symbols_ is not None:
@@ -83,7 +89,8 @@ def project_query(
         "by": match.by,
         "n_query_genes": match.n_query,
         "n_matched": match.n_matched,
-        "expressed_fraction": match.expressed_fraction,
+        "n_model_genes_found": match.n_found,
+        "model_gene_fraction": match.vocabulary_fraction,
     }
     return query
 

@@ -258,7 +258,8 @@ class ReferenceMixin:
             Query columns with donors/datasets, copied under the reference's column names; a
             missing column becomes one ``"unknown"`` group.
         min_overlap
-            Minimum fraction of the query's expressed genes that must match.
+            Minimum share of the model's genes that the query must hold (by Ensembl ID, versioned ID or
+            symbol); the query may measure any other genes besides.
 
         Returns
         -------
@@ -267,8 +268,9 @@ class ReferenceMixin:
         Raises
         ------
         ValueError
-            If counts are not raw counts, a cell has no counts, a donor/dataset value is missing or too few
-            genes match (the message names the likely cause and the fix); ``adata`` is then unchanged.
+            If gene names are duplicated, the query holds too few of the model's genes, counts are not raw
+            counts, a cell has no counts or a donor/dataset value is missing (the message names the likely cause
+            and the fix); ``adata`` is then unchanged.
 
         Warns
         -----
