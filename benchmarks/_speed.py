@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 if not SHARED_DATA.exists():
     SHARED_DATA = Path("/work/shared/data")
 REAL_DATASETS = {"cellbench": "cellbench_lung_celllines.h5ad", "kang": "kang2018_pbmc_ctrl.h5ad"}

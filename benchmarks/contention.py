@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 TRAINERS = ("sctrilemma", "sctrilemma_pinned", "scvi")
 INFERENCE = ("sctrilemma_infer", "sctrilemma_infer_pinned", "scvi_infer")
 PINNED = ("sctrilemma_pinned", "sctrilemma_infer_pinned")
@@ -143,7 +144,7 @@ def run_condition(n_busy: int, seconds: float, runners: tuple[str, ...], scvi_di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/speed/contention.json"))
+    parser.add_argument("--json", type=Path, default=OUTPUT / "contention.json")
     parser.add_argument("--child", choices=TRAINERS + INFERENCE, help=argparse.SUPPRESS)
     parser.add_argument("--scvi-dir", type=Path, default=Path("scvi_contention_model"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import scanpy as sc
@@ -24,6 +25,8 @@ from sklearn.neighbors import KNeighborsClassifier
 
 import sctrilemma
 from sctrilemma import metrics
+
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 
 
 def lowest_inertia_nmi(embedding: np.ndarray, cell_type: np.ndarray, n_init: int = 20, seed: int = 42) -> float:
@@ -60,7 +63,7 @@ def main() -> None:
     parser.add_argument("--model", default="{}", help="SCTrilemma keyword arguments, as JSON")
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the model's)")
     parser.add_argument("--scvi", action="store_true", help="also train scVI at its default length")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", type=Path, default=OUTPUT / "example_quality.json")
     args = parser.parse_args()
     scvi.settings.seed = args.seed
     adata = sctrilemma.data.load_example()
@@ -100,9 +103,8 @@ def main() -> None:
     print(f"{'method':<20}" + "".join(f"{name:>20}" for name in columns))
     for name, row in results.items():
         print(f"{name:<20}" + "".join(f"{row.get(column, float('nan')):>20.3f}" for column in columns))
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

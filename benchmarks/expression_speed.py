@@ -28,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _speed import SHARED_DATA  # noqa: E402
+from _speed import OUTPUT, SHARED_DATA  # noqa: E402
 
 DATA = SHARED_DATA / "kang2018_pbmc_ctrl.h5ad"
 TRAINING_STEPS = 60
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--baseline-src", default=None, help="another checkout's src directory, measured beside")
     parser.add_argument("--bf16", action="store_true", help="also SCTrilemma with precision='bf16'")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=OUTPUT / "expression_speed.json")
     parser.add_argument("--report", type=Path, default=None, help="print the table of a saved --json file")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -177,13 +177,13 @@ def main() -> None:
             row = {"variant": variant, "round": round_, **run_child(method, args.threads, src)}
             print(json.dumps(row), flush=True)
             rows.append(row)
-    roofline = HERE / "results" / "speed" / "roofline.json"
+    roofline = OUTPUT / "roofline.json"
     gemm = None
     if roofline.exists():
         gemm = json.loads(roofline.read_text()).get("gemm_gflops_fp32")
     print(summary(rows, gemm))
-    if args.json is not None:
-        args.json.write_text(json.dumps({"rows": rows, "gemm_gflops_fp32": gemm}, indent=1))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows, "gemm_gflops_fp32": gemm}, indent=1))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from sctrilemma.model._presets import EARLY_STOPPING_MONITOR, EARLY_STOPPING_PAT
 
 # data set: (label key, context key), the same data sets and keys as the trilemma benchmark, which also says how
 # SCTrilemma is given the context (default_context_role)
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 KEYS = {Path(name).stem: (label, context) for name, (label, context, _) in DATASETS.items()}
 METRICS = ("nmi", "ari", "bras", "depth_r2", "logfc_spearman", "deg_jaccard", "rec_val")
 CHECKPOINTS = (0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0)
@@ -323,17 +324,17 @@ def main() -> None:
     parser.add_argument(
         "--train-cells", type=int, default=None, help="train on this many cells (the scored ones and others at random)"
     )
-    parser.add_argument("--json", default=None, help="write the curve here")
+    parser.add_argument("--json", default=None, help="the curve's file (default: output/curve_METHOD_DATA_seedS.json)")
     parser.add_argument("--report", nargs="+", default=None, help="draw these saved curves instead of training")
-    parser.add_argument("--out", default="benchmarks/results/quality/learning_curve.md")
+    parser.add_argument("--out", default=str(OUTPUT / "learning_curve.md"))
     args = parser.parse_args()
     if args.report:
         report([json.loads(Path(path).read_text()) for path in args.report], Path(args.out))
         return
     result = train(args)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    path = Path(args.json) if args.json else OUTPUT / f"curve_{args.method}_{args.data}_seed{args.seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

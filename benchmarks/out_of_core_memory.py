@@ -7,7 +7,7 @@ under three glibc allocator settings (``ALLOCATORS``): raised mmap/trim threshol
 thresholds. The first two keep freed activation buffers, whose sizes vary from batch to batch, and the heap then grows
 with the number of batches; with fixed thresholds the streamed paths stay flat.
 
-    python benchmarks/out_of_core_memory.py [--quick] [--json results/out_of_core_memory.json]
+    python benchmarks/out_of_core_memory.py [--quick] [--json PATH]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 BASE_CELLS = 3000
 MODES = ("in-memory h5ad", "backed h5ad", "SOMA query")
 # Allocator settings: raised glibc thresholds (freed memory kept for reuse), glibc's defaults, and fixed glibc
@@ -93,7 +94,7 @@ def measure(mode: str, path: Path, allocator: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N = 1,000 instead of 3,000 cells")
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--json", type=Path, default=OUTPUT / "out_of_core_memory.json")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -6,7 +6,7 @@ preset and reports cells/s, useful encoder GFLOP/s (``(4 n d^2 + 4 K n d)`` per 
 the fraction of the GEMM roofline of the same precision, and the peak memory of one batch. Both GEMM and
 embedding take the best of several runs, so that other processes on the machine affect them alike.
 
-    python benchmarks/roofline.py --json benchmarks/results/speed/roofline.json
+    python benchmarks/roofline.py --json benchmarks/output/roofline.json
     python benchmarks/roofline.py --quick
 """
 
@@ -18,6 +18,7 @@ import time
 import torch
 from _speed import (
     N_SYNTHETIC_GENES,
+    OUTPUT,
     encoder_flops,
     paired_models,
     peak_memory_mb,
@@ -50,7 +51,7 @@ def timed(fn) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer cells and repeats (about two minutes)")
-    parser.add_argument("--json", default=None, help="write the results to this JSON file")
+    parser.add_argument("--json", default=str(OUTPUT / "roofline.json"), help="write the results to this JSON file")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else 6.0
     bf16 = cpu_supports_bf16()

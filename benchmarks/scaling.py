@@ -3,7 +3,7 @@
 Synthetic cells, fp32 (the default on CPU). Time should grow linearly with cells at flat peak memory
 (batches are encoded a bounded number of tokens at a time) and with ``min(crop size, expressed genes)``.
 
-    python benchmarks/scaling.py --json benchmarks/results/speed/scaling.json
+    python benchmarks/scaling.py --json benchmarks/output/scaling.json
     python benchmarks/scaling.py --quick
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from _speed import (
     N_SYNTHETIC_GENES,
+    OUTPUT,
     encoder_flops,
     median_seconds,
     paired_models,
@@ -51,7 +52,7 @@ def measure(module: SCTrilemmaModule, x: torch.Tensor, batch_size: int, repeats:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small preset, fewer points (about two minutes)")
-    parser.add_argument("--json", default=None, help="write the results to this JSON file")
+    parser.add_argument("--json", default=str(OUTPUT / "scaling.json"), help="write the results to this JSON file")
     args = parser.parse_args()
     preset = "small" if args.quick else "paper"
     batch_size, repeats = 32, 1 if args.quick else 2

@@ -33,6 +33,7 @@ from sctrilemma import SCTrilemma
 from sctrilemma.benchmark import pca_baseline
 
 LABEL_KEY, DONOR_KEY = "cell_type", "donor"
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 LEIDEN_RESOLUTIONS = (1.0, 0.5, 0.2)
 
 
@@ -137,7 +138,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ppc-cells", type=int, default=2000)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/scverse_clients"))
+    parser.add_argument("--out", type=Path, default=OUTPUT / "scverse_clients")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 

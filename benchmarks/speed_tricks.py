@@ -15,7 +15,7 @@ trick (time without it / time with it).
 
 Usage::
 
-    python benchmarks/speed_tricks.py --threads 1 --preset small --json benchmarks/results/speed/speed_tricks_small.json
+    python benchmarks/speed_tricks.py --threads 1 --preset small --json benchmarks/output/speed_tricks_small.json
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -40,6 +41,8 @@ from sctrilemma.nn._attention import Workspace
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 
 
 def _unfused_readout(original: Callable) -> Callable:
@@ -134,7 +137,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=1024, help="cells embedded, in batches of 128")
     parser.add_argument("--decode-cells", type=int, default=128, help="cells whose every gene is decoded")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", type=Path, default=None, help="default: output/speed_tricks_PRESET.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
@@ -186,9 +189,9 @@ def main() -> None:
             if name != "all tricks on":
                 print(f"  {name}: {value:.3f} s ({value / reference:.2f}x the time)")
     print(f"({args.threads} threads, load {load_before:.1f} -> {report['load_average_1min'][1]:.1f})")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
+    path = args.json or OUTPUT / f"speed_tricks_{args.preset}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 DATA = Path("../shared/data")
 # preset -> data set -> batch sizes; the paper preset's steps need GBs per few cells on the CPU.
 POINTS = {
@@ -60,7 +61,7 @@ def child(preset: str, data: str, batch_size: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/speed/training_memory.json"))
+    parser.add_argument("--json", type=Path, default=OUTPUT / "training_memory.json")
     parser.add_argument("--child", nargs=3, metavar=("PRESET", "DATA", "BATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _speed import REAL_DATASETS, SHARED_DATA  # noqa: E402
+from _speed import OUTPUT, REAL_DATASETS, SHARED_DATA  # noqa: E402
 
 WARM_UP_STEPS = 20
 BATCH_SIZE = {"sctrilemma": 64, "scvi": 128}
@@ -222,7 +222,7 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["kang", "cellbench"], choices=sorted(REAL_DATASETS))
     parser.add_argument("--baseline-src", default=None, help="another checkout's src directory, measured beside")
     parser.add_argument("--quick", action="store_true", help="one round of 40 steps, Kang only")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=OUTPUT / "training_throughput.json")
     parser.add_argument("--report", type=Path, default=None, help="print the tables of a saved --json file")
     parser.add_argument("--child", nargs="+", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -256,8 +256,8 @@ def main() -> None:
         profiles.append(run_child(child, args.threads, None))
         print(json.dumps(profiles[-1]), flush=True)
     print(report(rows, profiles))
-    if args.json is not None:
-        args.json.write_text(json.dumps({"rows": rows, "profiles": profiles}, indent=1))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows, "profiles": profiles}, indent=1))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from sctrilemma.benchmark import Scorecard, intervention_outputs, pca_baseline, 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 DATASETS = {
     # file: (label key, context key, gene-symbol column); CellBench has no donor column (each cell line is its
     # own patient), so its context is the batch (5 plates, 2 technologies).
@@ -233,7 +234,7 @@ def main() -> None:
         default="{}",
         help="SCTrilemma train() keyword arguments, as JSON, e.g. '{\"early_stopping\": false}'",
     )
-    parser.add_argument("--out", default="benchmarks/results/trilemma")
+    parser.add_argument("--out", default=str(OUTPUT / "trilemma"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     data_dir = Path(args.data_dir)

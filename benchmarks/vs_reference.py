@@ -6,7 +6,7 @@ with 2,000 expressed genes, and the real expressed-gene distributions of ``share
 speed ratio of embedding, reconstruction and a training step, and the ratio of peak memory; outputs must
 agree (embeddings to 1e-4 in fp32; the fast path's per-cell cosine to the fp32 embedding is reported).
 
-    python benchmarks/vs_reference.py --json benchmarks/results/speed/vs_reference.json
+    python benchmarks/vs_reference.py --json benchmarks/output/vs_reference.json
     python benchmarks/vs_reference.py --quick
 """
 
@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from _speed import (
     N_SYNTHETIC_GENES,
+    OUTPUT,
     paired_median_seconds,
     paired_models,
     peak_memory_mb,
@@ -204,7 +205,7 @@ def compare(name: str, x: torch.Tensor, preset: str, args, fast_available: bool)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small preset and few cells (about two minutes)")
-    parser.add_argument("--json", default=None, help="write the results to this JSON file")
+    parser.add_argument("--json", default=str(OUTPUT / "vs_reference.json"), help="write the results to this JSON file")
     parser.add_argument("--preset", default=None, help="model preset (default: paper; small with --quick)")
     parser.add_argument("--datasets", default="synthetic,cellbench,kang")
     args = parser.parse_args()

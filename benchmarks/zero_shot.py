@@ -19,7 +19,7 @@ ablation in which every gene counts as measured in every study; ``--model-kwargs
 probe, labelled in the method's name).
 
 Usage: ``OMP_NUM_THREADS=1 python benchmarks/zero_shot.py [--budget-s 240] [--seeds 0 1 2] [--settings ...]
-[--out benchmarks/results/zero_shot]``; ``--summarize`` tabulates every ``runs_*.json`` in ``--out``
+[--out benchmarks/output/zero_shot]``; ``--summarize`` tabulates every ``runs_*.json`` in ``--out``
 (mean ± SD over seeds) into ``summary_table.md``.
 """
 
@@ -55,6 +55,7 @@ from train_blood_reference import (
     zero_shot_figures,
 )
 
+OUTPUT = Path(__file__).resolve().parent / "output"  # raw output, git-ignored
 SETTINGS = {
     "leave_kang_out": ["COMBAT2022", "10xPBMC"],
     "multi_study": ["Kang2018", "COMBAT2022", "10xPBMC"],
@@ -225,7 +226,7 @@ def main() -> None:
         default=["sctrilemma", "scvi", "pca"],
         choices=["sctrilemma", "scvi", "pca", "sctrilemma_all_genes"],
     )
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "zero_shot"))
+    parser.add_argument("--out", default=str(OUTPUT / "zero_shot"))
     parser.add_argument("--summarize", action="store_true", help="only tabulate the runs in --out")
     parser.add_argument("--model-kwargs", type=json.loads, default=None, help="SCTrilemma options as JSON (a probe)")
     args = parser.parse_args()
