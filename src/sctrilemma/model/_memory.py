@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import torch
 
 # Bytes of peak memory per activation unit: the rise of peak RSS per cell in CPU training, over the units per cell,
-# was 21-24 for both presets (benchmarks/results/speed/training_memory.json).
+# was 21-24 for both presets (benchmarks/training_memory.py; benchmarks/RESULTS.md, "Memory").
 BYTES_PER_UNIT = 24.0
 # Share of the available memory a training batch may take; the rest covers the data, the model and the allocator.
 MEMORY_SHARE = 0.6

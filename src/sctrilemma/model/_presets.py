@@ -45,7 +45,7 @@ PRESETS: dict[str, dict[str, int | float | str | None]] = {
     # encoder reading the 4,000 most variable genes where there are more and, on many genes, gene embeddings that
     # start from the data, on fewer the decoder's own gene offsets; it reports each cell's embedding relative to its
     # dataset's mean PB-Cond prior mean, and its training keeps an average of the weights
-    # (WEIGHT_AVERAGING; docs/user_guide.md, "Presets"; measurements in benchmarks/results/quality/NOTES.md).
+    # (WEIGHT_AVERAGING; docs/user_guide.md, "Where the small preset departs from the paper", with the figures).
     "small": {
         "n_hidden": 64,
         "n_latent_tokens": 16,
@@ -80,7 +80,7 @@ DEFAULT_STEPS: dict[str, int | None] = {"paper": None, "small": 1200}
 # step and short warm-ups learn far more, and the decoder's gene offsets learn at twice the rate. Its encoder's
 # schedule ends with the default length, so a longer run trains on the decoder with the embedding kept as it was at
 # that length: the embedding loses cell identity when its encoder trains on, while the reconstruction keeps improving
-# with the decoder alone (benchmarks/results/quality/NOTES.md).
+# with the decoder alone (docs/user_guide.md, "Training length").
 TRAINING_DEFAULTS: dict[str, dict[str, float | int]] = {
     "paper": {"lr": 2e-4, "max_lr_warmup_steps": 1250, "max_kl_warmup_steps": 2500},
     "small": {
@@ -95,7 +95,7 @@ TRAINING_DEFAULTS: dict[str, dict[str, float | int]] = {
 
 # Early stopping, on by default for the small preset: training ends once the validation cells' reconstruction loss
 # has not improved for this many epochs. Data sets of a few hundred cells pass their best within the default length and
-# then overfit, and their embedding decays with it (benchmarks/results/quality/NOTES.md). The paper's recipe trains
+# then overfit, and their embedding decays with it (docs/user_guide.md). The paper's recipe trains
 # for a fixed length.
 EARLY_STOPPING_PATIENCE: dict[str, int | None] = {"paper": None, "small": 10}
 EARLY_STOPPING_MONITOR = "reconstruction_loss_validation"
@@ -122,7 +122,7 @@ def early_stopping_kwargs(preset: str, trainer_kwargs: dict, has_validation_cell
 # The small preset validates on, and ends training with, an exponential moving average of its weights
 # (ExponentialWeightAverage: about the last hundred steps): its learning rate stays high to the end of short runs, and
 # small data sets stop early, so the weights at any one step carry that step's noise
-# (benchmarks/results/quality/NOTES.md). The paper's recipe uses the weights as trained.
+# (docs/user_guide.md). The paper's recipe uses the weights as trained.
 WEIGHT_AVERAGING: dict[str, bool] = {"paper": False, "small": True}
 
 
@@ -140,7 +140,7 @@ def weight_averaging_kwargs(preset: str, trainer_kwargs: dict, weight_averaging:
 
 
 # Cells per step when ``train(batch_size=None)``: the paper's 256 per GPU; the small preset takes more, cheaper
-# steps, which learn more per second on a CPU (benchmarks/results/quality/NOTES.md).
+# steps, which learn more per second on a CPU (docs/user_guide.md).
 BATCH_SIZES: dict[str, int] = {"paper": 256, "small": 64}
 
 
@@ -189,7 +189,7 @@ def choose_preset(preset: str | None) -> str:
     Choosing ``"small"`` warns, since it departs from the published model.
 
     The paper's model at its batch of 256 needs far more memory than a CPU machine has (about 0.5 GiB per cell of
-    2,511 genes, ``benchmarks/results/speed/training_memory.json``); the small preset trains there in minutes.
+    2,511 genes, ``benchmarks/training_memory.py``); the small preset trains there in minutes.
     """
     if preset is not None:
         return preset

@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from sctrilemma.nn._gates import DecoderQuery
 
 # Gene queries decoded at once in CPU training: one group's activations stay in cache from one operator to the
-# next, forward and backward (measured 12-16 % off a small-preset step; benchmarks/results/quality/NOTES.md).
+# next, forward and backward (measured 12-16 % off a small-preset step; benchmarks/speed_tricks.py).
 TRAINING_DECODE_BUDGET = 8192
 # Gene queries (cells x genes) decoded at once in evaluation, counted in floats of query width: 8,192 queries of the
 # small preset's 64, a few cells' genes per chunk (the fastest of 2,048-131,072 measured on Kang 2018), and 1,024 of
 # the paper preset's 512, which decodes as fast at 512-8,192 queries and at 1,024 holds a quarter of the memory it
-# holds at 8,192 (benchmarks/results/speed/NOTES.md).
+# holds at 8,192.
 DECODE_FLOAT_BUDGET = 1 << 19
 # Floats of the blocks' folded keys and values held at once in evaluation: the small preset folds a whole batch
 # of cells at once, the paper preset a few cells at a time.

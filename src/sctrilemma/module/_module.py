@@ -36,7 +36,7 @@ PriorKind = Literal["pseudobulk", "normal"]
 GeneEmbeddingInit = Literal["normal", "pca", "auto"]
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS = ("auto", "fp32", "bf16")
-# "auto" starts the gene embeddings from the data above this many genes (benchmarks/results/quality/NOTES.md).
+# "auto" starts the gene embeddings from the data above this many genes (docs/user_guide.md).
 PCA_INIT_MIN_GENES = 3000
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 # Genes expressed in fewer than this fraction of the cells trained on so far are "rare" for the decoder's target
-# sample, and this share of its zero-count positions samples them (benchmarks/results/quality/NOTES.md).
+# sample, and this share of its zero-count positions samples them (docs/user_guide.md).
 RARE_GENE_DETECTION = 0.02
 RARE_ZERO_SHARE = 0.125
 

@@ -25,7 +25,7 @@ class Workspace:
 
     Chunks of the same size would otherwise allocate, fault in and free the same large blocks again and
     again (glibc returns large freed blocks to the OS); writing into reused buffers measured 8-14 % faster
-    decoding (``benchmarks/results/speed/NOTES.md``). A buffer is valid until the next :meth:`get` of its name.
+    decoding. A buffer is valid until the next :meth:`get` of its name.
     """
 
     def __init__(self) -> None:

@@ -62,8 +62,7 @@ class SwiGLU(nn.Module):
         """``readout(residual + self(x, input_scale))``: a linear read-out of the residual stream after this layer.
 
         Where no dropout acts on the output, ``readout`` is folded into the output projection: ``(n_out, n_ffn)``
-        instead of ``(n_hidden, n_ffn)`` weights, and no ``(..., n_hidden)`` sum is formed: the same function, cheaper
-        (``benchmarks/results/quality/NOTES.md``).
+        instead of ``(n_hidden, n_ffn)`` weights, and no ``(..., n_hidden)`` sum is formed: the same function, cheaper.
         """
         if self.training and self.dropout.p > 0.0:
             return readout(residual + self(x, input_scale))

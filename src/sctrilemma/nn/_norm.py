@@ -34,7 +34,7 @@ def unit_rms(x: torch.Tensor, eps: float | None = None, out: torch.Tensor | None
     ``eps`` defaults to the machine epsilon of ``x``'s dtype, as in :class:`~torch.nn.RMSNorm`. With ``out``
     (of any floating dtype, e.g. bf16 for fp32 ``x``) the result is written there in the same pass. A block
     folds the norm's weight into the linear map that follows, so in training the norm's backward pass stays
-    this cheap one (``benchmarks/results/quality/NOTES.md``).
+    this cheap one.
     """
     eps = torch.finfo(x.dtype).eps if eps is None else eps
     if out is None and x.device.type != "cpu":

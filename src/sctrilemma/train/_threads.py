@@ -2,7 +2,7 @@
 
 PyTorch's threads wait for each other at every parallel operation. When another program takes one of the cores, the
 thread on it is descheduled and the others wait for it: on 2 cores beside one busy process, small-preset training at
-2 threads ran 2.7 times slower than at 1 thread, beside two 27 times (``benchmarks/results/speed/contention.md``). So
+2 threads ran 2.7 times slower than at 1 thread, beside two 27 times (``benchmarks/contention.py``). So
 training and inference on the CPU time a few steps at each candidate thread count now and then, and run at the
 fastest.
 """
