@@ -155,7 +155,7 @@ def run_celltypist(reference: ad.AnnData, query: ad.AnnData, seed: int):
     genes = reference.var_names.intersection(query.var_names)
     x_reference, x_query = _aligned_log(reference, query, genes)
     scaler = StandardScaler().fit(x_reference)
-    scale = lambda x: np.clip(scaler.transform(x), -10, 10)  # noqa: E731 - CellTypist clips scaled values at 10
+    scale = lambda x: np.clip(scaler.transform(x), -10, 10)  # CellTypist clips scaled values at 10
     classifier = OneVsRestClassifier(LogisticRegression(max_iter=1000, random_state=seed))
     classifier.fit(scale(x_reference), reference.obs["cell_type"].to_numpy())
     probability = 1 / (1 + np.exp(-classifier.decision_function(scale(x_query))))

@@ -1,4 +1,4 @@
-from ._label_transfer import transfer_labels
+from ._label_transfer import LabelClassifier
 from ._model import SCTrilemma
 
-__all__ = ["SCTrilemma", "transfer_labels"]
+__all__ = ["LabelClassifier", "SCTrilemma"]

@@ -14,7 +14,6 @@ from scvi import settings
 from scvi.model.base import RNASeqMixin
 
 from sctrilemma._constants import SCT_MODULE_KEYS
-from sctrilemma.model._label_transfer import UNKNOWN, transfer_labels
 from sctrilemma.model._utils import gene_names
 from sctrilemma.module._analysis import observed_library
 from sctrilemma.train._threads import ThreadTunedLoader, user_chose_threads
@@ -362,50 +361,6 @@ class ExpressionMixin:
             for tensors in dataloader
         ]
         return sparse.concatenate(samples, axis=0)
-
-    def transfer_labels(
-        self,
-        reference: AnnData,
-        label_key: str,
-        adata: AnnData | None = None,
-        *,
-        embedding_key: str = "X_sctrilemma",
-        n_neighbors: int = 15,
-        max_uncertainty: float = 0.5,
-        novelty_quantile: float | None = 0.99,
-        unknown_label: str = UNKNOWN,
-    ) -> pd.DataFrame:
-        """Labels for ``adata``'s cells (the model's data by default) from the labelled cells of ``reference``.
-
-        ``reference.obsm[embedding_key]`` must hold the reference cells' embedding by this model's weights (e.g. the
-        reference model's :meth:`get_latent_representation`, or this model's on the reference cells); the query is
-        embedded here. Each query cell gets the weighted vote of its ``n_neighbors`` nearest reference cells, and is
-        called ``unknown_label`` when the vote is split or the cell lies further from the reference than the
-        reference's own cells of that label lie from each other (:func:`sctrilemma.model.transfer_labels`).
-
-        Returns
-        -------
-        One row per query cell (indexed by its ``obs_names``): ``prediction``, ``nearest_label``, ``probability``,
-        ``uncertainty``, ``distance_ratio`` and ``is_unknown``.
-        """
-        if embedding_key not in reference.obsm:
-            raise ValueError(
-                f"`reference.obsm` has no {embedding_key!r}: embed the reference cells with the reference model first, "
-                f"`reference.obsm[{embedding_key!r}] = reference_model.get_latent_representation()`."
-            )
-        if label_key not in reference.obs:
-            raise ValueError(f"`reference.obs` has no column {label_key!r}; name the column of the reference's labels.")
-        adata = self._validate_anndata(adata)
-        return transfer_labels(
-            reference.obsm[embedding_key],
-            reference.obs[label_key].to_numpy(),
-            self.get_latent_representation(adata),
-            n_neighbors=n_neighbors,
-            max_uncertainty=max_uncertainty,
-            novelty_quantile=novelty_quantile,
-            unknown_label=unknown_label,
-            query_index=adata.obs_names,
-        )
 
     @torch.inference_mode()
     def get_latent_tokens(

@@ -1,113 +1,337 @@
-"""Label transfer from labelled reference cells to query cells by weighted nearest neighbours in the embedding."""
+"""Label transfer: a calibrated classifier on the embedding, with an unknown class for types a reference lacks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from sklearn.neighbors import NearestNeighbors
 
 if TYPE_CHECKING:
+    from anndata import AnnData
     from numpy.typing import ArrayLike
 
 UNKNOWN = "unknown"
+# Share of the query's cells whose distance sets the query's own shift from the reference (see `predict`).
+SHIFT_QUANTILE = 0.25
+# Quantile of the reference cells' own distance to their class centre beyond which a cell is novel.
+NOVELTY_QUANTILE = 0.99
+# A cell's novelty is the median over itself and its nearest query cells, so that novelty is a property of a group.
+NOVELTY_NEIGHBORS = 15
 
 
-def transfer_labels(
-    reference_embedding: ArrayLike,
-    reference_labels: ArrayLike,
-    query_embedding: ArrayLike,
-    *,
-    n_neighbors: int = 15,
-    max_uncertainty: float = 0.5,
-    novelty_quantile: float | None = 0.99,
-    unknown_label: str = UNKNOWN,
-    query_index: pd.Index | None = None,
-) -> pd.DataFrame:
-    """Each query cell's label, from its ``n_neighbors`` nearest labelled reference cells.
+@dataclass
+class LabelClassifier:
+    """A multinomial logistic regression on the embedding, with what it needs to call cells unknown.
 
-    A neighbour's vote is weighted by a Gaussian kernel of its distance, with the cell's median neighbour distance as
-    the bandwidth; a label's probability is its share of the weighted votes, and the uncertainty is one minus the
-    largest share. A cell is called ``unknown_label`` when the vote is split (uncertainty above ``max_uncertainty``)
-    or when it lies further from the reference than the reference's own cells of the predicted label lie from each
-    other: its mean neighbour distance is above the ``novelty_quantile`` of theirs. The second rule catches cells of
-    a type the reference lacks, whose neighbours agree but are far away.
+    Fitted by :meth:`fit` on the labelled reference cells' embedding and stored with a saved model, so that it
+    labels a query without the reference's cells.
 
-    Parameters
+    Attributes
     ----------
-    reference_embedding
-        ``(n_reference, n_features)`` embedding of the labelled reference cells.
-    reference_labels
-        ``(n_reference,)`` labels of the reference cells; missing values are not used.
-    query_embedding
-        ``(n_query, n_features)`` embedding of the query cells, by the same model.
-    n_neighbors
-        Reference neighbours per query cell.
-    max_uncertainty
-        Cells whose uncertainty is above this are called unknown; ``1`` switches the rule off.
-    novelty_quantile
-        Quantile of the reference cells' own mean neighbour distance, per label, beyond which a query cell is
-        unknown; ``None`` switches the rule off.
-    unknown_label
-        The label given to unknown cells.
-    query_index
-        Index of the returned frame (e.g. the query's ``obs_names``).
-
-    Returns
-    -------
-    One row per query cell: ``prediction`` (with ``unknown_label``), ``nearest_label`` (the vote's winner before the
-    unknown rules), ``probability``, ``uncertainty``, ``distance_ratio`` (mean neighbour distance over the novelty
-    threshold of the winning label; above 1 is further than the reference's own cells) and ``is_unknown``.
+    classes
+        The labels, ``(n_classes,)``.
+    mean, scale
+        Standardisation of the embedding's features, ``(n_features,)`` each.
+    coef, intercept
+        The regression's weights on standardised features, ``(n_classes, n_features)`` and ``(n_classes,)``.
+    centroids
+        Each class's mean standardised embedding, ``(n_classes, n_features)``.
+    precision
+        Inverse of the pooled within-class covariance (Ledoit-Wolf shrinkage), ``(n_features, n_features)``.
+    thresholds
+        Per class, the ``NOVELTY_QUANTILE`` of the reference cells' Mahalanobis distance to their class centre.
+    reference_shift
+        The ``SHIFT_QUANTILE`` of the reference cells' distance ratio (distance over their class's threshold).
+    labels_key
+        The ``obs`` column the labels came from, if any.
     """
-    reference = np.asarray(reference_embedding, dtype=np.float64)
-    query = np.asarray(query_embedding, dtype=np.float64)
-    labels = pd.Series(np.asarray(reference_labels, dtype=object))
-    if reference.ndim != 2 or query.ndim != 2 or reference.shape[1] != query.shape[1]:
-        raise ValueError(
-            f"The reference embedding {reference.shape} and the query embedding {query.shape} must be 2-D with the "
-            "same number of features: embed both with the same model."
-        )
-    if labels.size != reference.shape[0]:
-        raise ValueError(f"{labels.size} reference labels for {reference.shape[0]} reference cells.")
-    if not 0 <= max_uncertainty <= 1 or (novelty_quantile is not None and not 0 < novelty_quantile <= 1):
-        raise ValueError("`max_uncertainty` must lie in [0, 1] and `novelty_quantile` in (0, 1] or be None.")
-    labelled = labels.notna().to_numpy()
-    reference, labels = reference[labelled], labels[labelled].astype(str).to_numpy()
-    if reference.shape[0] <= n_neighbors or n_neighbors < 1:
-        raise ValueError(
-            f"`n_neighbors={n_neighbors}` must be at least 1 and below the {reference.shape[0]} labelled reference "
-            "cells."
-        )
-    classes, codes = np.unique(labels, return_inverse=True)
-    index = NearestNeighbors(n_neighbors=n_neighbors + 1).fit(reference)
 
-    # Each reference cell's mean distance to its own neighbours (itself excluded), and its label's threshold.
-    threshold = np.full(classes.size, np.inf)
-    if novelty_quantile is not None:
-        own_distances = index.kneighbors(reference)[0][:, 1:].mean(1)
-        threshold = np.array([np.quantile(own_distances[codes == k], novelty_quantile) for k in range(classes.size)])
+    classes: np.ndarray
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    centroids: np.ndarray
+    precision: np.ndarray
+    thresholds: np.ndarray
+    reference_shift: float
+    labels_key: str | None = None
 
-    distances, neighbours = index.kneighbors(query, n_neighbors=n_neighbors)
-    bandwidth = np.maximum(np.median(distances, axis=1, keepdims=True), 1e-12)
-    weights = np.exp(-0.5 * (distances / bandwidth) ** 2)
-    votes = np.zeros((query.shape[0], classes.size))
-    np.add.at(votes, (np.arange(query.shape[0])[:, None], codes[neighbours]), weights)
-    probabilities = votes / votes.sum(1, keepdims=True)
-    winner = probabilities.argmax(1)
-    probability = probabilities[np.arange(query.shape[0]), winner]
-    distance_ratio = distances.mean(1) / np.maximum(threshold[winner], 1e-12)  # 0 without the novelty rule
-    is_unknown = (1.0 - probability > max_uncertainty) | (distance_ratio > 1.0)
-    nearest = classes[winner]
-    prediction = np.where(is_unknown, unknown_label, nearest)
-    return pd.DataFrame(
-        {
-            "prediction": pd.Categorical(prediction, categories=list(dict.fromkeys([*classes, unknown_label]))),
-            "nearest_label": pd.Categorical(nearest, categories=classes),
-            "probability": probability,
-            "uncertainty": 1.0 - probability,
-            "distance_ratio": distance_ratio,
-            "is_unknown": is_unknown,
-        },
-        index=query_index,
-    )
+    @classmethod
+    def fit(
+        cls, embedding: ArrayLike, labels: ArrayLike, *, labels_key: str | None = None, seed: int = 0
+    ) -> LabelClassifier:
+        """Fit on labelled cells; missing labels are left out.
+
+        The regression's strength is chosen by five-fold cross-validation of the log-loss, so that its
+        probabilities are calibrated on held-out cells.
+
+        Parameters
+        ----------
+        embedding
+            ``(n_cells, n_features)`` embedding of the reference cells.
+        labels
+            ``(n_cells,)`` their labels.
+        labels_key
+            The ``obs`` column of the labels, recorded for the user.
+        seed
+            Seed of the cross-validation's folds.
+
+        Raises
+        ------
+        ValueError
+            For shapes that disagree, fewer than two labels, or a label with fewer than two cells.
+        """
+        from sklearn.covariance import LedoitWolf
+        from sklearn.linear_model import LogisticRegressionCV
+        from sklearn.model_selection import StratifiedKFold
+
+        x = np.asarray(embedding, dtype=np.float64)
+        y = pd.Series(np.asarray(labels, dtype=object))
+        if x.ndim != 2 or y.size != x.shape[0]:
+            raise ValueError(f"{y.size} labels for an embedding of shape {x.shape}: pass one label per cell.")
+        labelled = y.notna().to_numpy()
+        x, y = x[labelled], y[labelled].astype(str).to_numpy()
+        classes, codes, counts = np.unique(y, return_inverse=True, return_counts=True)
+        if classes.size < 2 or counts.min() < 2:
+            found = ", ".join(f"{label!r}: {count}" for label, count in zip(classes, counts, strict=True))
+            raise ValueError(f"A classifier needs at least two labels with two cells each; got {{{found}}}.")
+        mean, scale = x.mean(0), np.maximum(x.std(0), 1e-8)
+        z = (x - mean) / scale
+        folds = StratifiedKFold(n_splits=int(min(5, counts.min())), shuffle=True, random_state=seed)
+        regression = LogisticRegressionCV(Cs=8, cv=folds, scoring="neg_log_loss", max_iter=2000).fit(z, codes)
+        centroids = np.stack([z[codes == k].mean(0) for k in range(classes.size)])
+        precision = LedoitWolf().fit(z - centroids[codes]).precision_
+        distance = _mahalanobis(z, centroids[codes], precision)
+        thresholds = np.array([np.quantile(distance[codes == k], NOVELTY_QUANTILE) for k in range(classes.size)])
+        return cls(
+            classes=classes.astype(object),
+            mean=mean,
+            scale=scale,
+            coef=regression.coef_,
+            intercept=regression.intercept_,
+            centroids=centroids,
+            precision=precision,
+            thresholds=thresholds,
+            reference_shift=float(np.quantile(distance / thresholds[codes], SHIFT_QUANTILE)),
+            labels_key=labels_key,
+        )
+
+    @property
+    def n_features(self) -> int:
+        """Features of the embedding the classifier reads."""
+        return int(self.mean.size)
+
+    def predict_proba(self, embedding: ArrayLike) -> np.ndarray:
+        """Class probabilities ``(n_cells, n_classes)``, in the order of :attr:`classes`."""
+        z = self._standardised(embedding)
+        logits = z @ self.coef.T + self.intercept
+        logits -= logits.max(1, keepdims=True)
+        probability = np.exp(logits)
+        return probability / probability.sum(1, keepdims=True)
+
+    def predict(
+        self,
+        embedding: ArrayLike,
+        *,
+        max_uncertainty: float = 0.5,
+        novelty: bool = True,
+        unknown_label: str = UNKNOWN,
+        index: pd.Index | None = None,
+    ) -> pd.DataFrame:
+        """Each cell's label, probability and uncertainty, with an unknown class.
+
+        A cell is unknown when its largest class probability is below ``1 - max_uncertainty``, or (``novelty``)
+        when it lies further from the centre of its predicted class, in the reference's within-class
+        Mahalanobis distance, than the reference's own cells of that class lie, once the query's own shift is
+        allowed for. That shift is the ratio of the query's distances to the reference's at their lower quartile:
+        a query from another chemistry or lab sits further from every class as a whole, while the cells of a type
+        the reference lacks sit further than the rest of the query. At least a quarter of the query's cells must
+        therefore be of types the reference knows. A cell's novelty is the median over itself and its 15 nearest
+        query cells, so that a type is judged as a group and a lone outlying cell of a known type keeps its
+        label. Both make a cell's label depend on the query it comes with, never its embedding.
+
+        Parameters
+        ----------
+        embedding
+            ``(n_cells, n_features)`` embedding of the query cells, by the model the classifier was fitted on.
+        max_uncertainty
+            Cells with uncertainty (one minus the largest probability) above this are unknown; ``1`` switches
+            the rule off.
+        novelty
+            Call cells unknown that lie beyond the reference's spread of their predicted class.
+        unknown_label
+            The label given to unknown cells.
+        index
+            Index of the returned frame (e.g. the query's ``obs_names``).
+
+        Returns
+        -------
+        One row per cell: ``prediction`` (with ``unknown_label``), ``nearest_label`` (the classifier's label before
+        the unknown rules), ``probability``, ``uncertainty``, ``novelty_score`` (distance over its class's
+        threshold after the query's shift; above 1 is novel), ``is_novel`` and ``is_unknown``. ``attrs["query_shift"]``
+        is the query's shift: how much further from the reference's classes its cells lie than the reference's own
+        (1 for none).
+        """
+        if not 0 <= max_uncertainty <= 1:
+            raise ValueError(f"`max_uncertainty` must lie in [0, 1], got {max_uncertainty}.")
+        probabilities = self.predict_proba(embedding)
+        winner = probabilities.argmax(1)
+        probability = probabilities[np.arange(winner.size), winner]
+        z = self._standardised(embedding)
+        ratio = _mahalanobis(z, self.centroids[winner], self.precision) / self.thresholds[winner]
+        shift = max(1.0, float(np.quantile(ratio, SHIFT_QUANTILE)) / self.reference_shift) if ratio.size else 1.0
+        score = _neighbourhood_median(z, ratio / shift)
+        is_novel = (score > 1.0) if novelty else np.zeros(winner.size, dtype=bool)
+        is_unknown = (1.0 - probability > max_uncertainty) | is_novel
+        nearest = self.classes[winner]
+        categories = list(dict.fromkeys([*map(str, self.classes), unknown_label]))
+        result = pd.DataFrame(
+            {
+                "prediction": pd.Categorical(np.where(is_unknown, unknown_label, nearest), categories=categories),
+                "nearest_label": pd.Categorical(nearest, categories=list(map(str, self.classes))),
+                "probability": probability,
+                "uncertainty": 1.0 - probability,
+                "novelty_score": score,
+                "is_novel": is_novel,
+                "is_unknown": is_unknown,
+            },
+            index=index,
+        )
+        result.attrs["query_shift"] = shift
+        return result
+
+    def _standardised(self, embedding: ArrayLike) -> np.ndarray:
+        x = np.asarray(embedding, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            raise ValueError(
+                f"The classifier reads {self.n_features} features, the embedding has shape {x.shape}: embed the "
+                "query with the model the classifier was fitted on."
+            )
+        return (x - self.mean) / self.scale
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists and numbers, for a model's saved metadata."""
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> LabelClassifier:
+        """The classifier :meth:`to_dict` wrote."""
+        scalars = {"reference_shift": float(values["reference_shift"]), "labels_key": values.get("labels_key")}
+        arrays = {
+            k: np.asarray(v, dtype=object if k == "classes" else np.float64)
+            for k, v in values.items()
+            if k not in scalars
+        }
+        return cls(**arrays, **scalars)
+
+
+def _neighbourhood_median(z: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Each cell's median ``score`` over itself and its ``NOVELTY_NEIGHBORS`` nearest cells in ``z``."""
+    from sklearn.neighbors import NearestNeighbors
+
+    k = min(NOVELTY_NEIGHBORS, z.shape[0] - 1)
+    if k < 1:
+        return score
+    neighbours = NearestNeighbors(n_neighbors=k + 1).fit(z).kneighbors(z, return_distance=False)
+    return np.median(score[neighbours], axis=1)
+
+
+def _mahalanobis(z: np.ndarray, centres: np.ndarray, precision: np.ndarray) -> np.ndarray:
+    """Row-wise Mahalanobis distance of ``z`` to ``centres`` ``(n, d)`` under ``precision`` ``(d, d)``."""
+    difference = z - centres
+    return np.sqrt(np.maximum(np.einsum("nd,de,ne->n", difference, precision, difference), 0.0))
+
+
+class LabelTransferMixin:
+    """Cell-type labels for new cells from a classifier stored with the model."""
+
+    label_classifier_: LabelClassifier | None = None
+
+    def fit_label_classifier(
+        self, labels_key: str, adata: AnnData | None = None, *, batch_size: int | None = None, seed: int = 0
+    ) -> LabelClassifier:
+        """Fit the label classifier on labelled cells' embedding and keep it with the model.
+
+        The classifier (:class:`~sctrilemma.model.LabelClassifier`) is saved by :meth:`save` and carried into every
+        query model of :meth:`load_query_data`, whose :meth:`predict_labels` then labels the query without the
+        reference's cells. Cells whose label is missing are left out.
+
+        Parameters
+        ----------
+        labels_key
+            ``obs`` column with the labels.
+        adata
+            Labelled cells, registered with this model or with its genes; the model's training data by default.
+        batch_size
+            Cells per batch when embedding.
+        seed
+            Seed of the classifier's cross-validation folds.
+
+        Returns
+        -------
+        The fitted classifier, also stored as ``label_classifier_``.
+        """
+        adata = self._validate_anndata(adata)
+        if labels_key not in adata.obs:
+            raise ValueError(f"`adata.obs` has no column {labels_key!r}; name the column that holds the labels.")
+        embedding = self.get_latent_representation(adata, batch_size=batch_size)
+        labels = adata.obs[labels_key].to_numpy()
+        self.label_classifier_ = LabelClassifier.fit(embedding, labels, labels_key=labels_key, seed=seed)
+        return self.label_classifier_
+
+    def predict_labels(
+        self,
+        adata: AnnData | None = None,
+        *,
+        max_uncertainty: float = 0.5,
+        novelty: bool = True,
+        unknown_label: str = UNKNOWN,
+        batch_size: int | None = None,
+    ) -> pd.DataFrame:
+        """Labels for ``adata``'s cells (the model's data by default) from the stored label classifier.
+
+        Each cell gets the classifier's label with its probability; it is called ``unknown_label`` when the
+        classifier is unsure or when the cell lies beyond the reference's spread of its label, judged relative
+        to the query's own shift from the reference (:meth:`sctrilemma.model.LabelClassifier.predict`).
+
+        Parameters
+        ----------
+        adata
+            Cells to label; the model's data by default (a query of :meth:`load_query_data`).
+        max_uncertainty
+            Cells whose uncertainty (one minus the largest class probability) exceeds this are unknown.
+        novelty
+            Call cells of types the reference lacks unknown.
+        unknown_label
+            The label of unknown cells.
+        batch_size
+            Cells per batch when embedding.
+
+        Returns
+        -------
+        One row per cell, indexed by ``obs_names``: ``prediction``, ``nearest_label``, ``probability``,
+        ``uncertainty``, ``novelty_score``, ``is_novel`` and ``is_unknown``.
+
+        Raises
+        ------
+        ValueError
+            If the model has no label classifier (fit one with :meth:`fit_label_classifier`).
+        """
+        if self.label_classifier_ is None:
+            raise ValueError(
+                "This model has no label classifier. Fit one on labelled reference cells first: "
+                "`reference_model.fit_label_classifier('cell_type')`, then save the reference or map the query "
+                "with `load_query_data` again."
+            )
+        adata = self._validate_anndata(adata)
+        embedding = self.get_latent_representation(adata, batch_size=batch_size)
+        return self.label_classifier_.predict(
+            embedding,
+            max_uncertainty=max_uncertainty,
+            novelty=novelty,
+            unknown_label=unknown_label,
+            index=adata.obs_names,
+        )

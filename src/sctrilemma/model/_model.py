@@ -25,6 +25,7 @@ from sctrilemma._validation import (
 from sctrilemma.model._census_mixin import CensusMixin
 from sctrilemma.model._expression import ExpressionMixin
 from sctrilemma.model._gene_init import initialize_from_data
+from sctrilemma.model._label_transfer import LabelTransferMixin
 from sctrilemma.model._memory import fit_batch_to_memory
 from sctrilemma.model._minify_mixin import MinifyMixin, is_minified_without_counts
 from sctrilemma.model._presets import (
@@ -76,6 +77,7 @@ class SCTrilemma(
     MinifyMixin,
     CensusMixin,
     ReferenceMixin,
+    LabelTransferMixin,
     ExpressionMixin,
     PriorSetupMixin,
     RNASeqMixin,

@@ -17,6 +17,7 @@ from scvi import settings
 from scvi.model._utils import parse_device_args
 
 from sctrilemma.io._reference import read_reference, versions, write_reference
+from sctrilemma.model._label_transfer import LabelClassifier
 from sctrilemma.model._minify_mixin import check_minified_load
 from sctrilemma.model._query import (
     GENE_MATCH_KEY,
@@ -56,6 +57,7 @@ class ReferenceMixin:
             "gene_symbols": None if self.gene_symbols_ is None else [str(s) for s in self.gene_symbols_],
             "codebook": None if codebook is None else {k: v for k, v in codebook.items() if k != "centroids"},
             "attributes": {name: getattr(self, name) for name in REFERENCE_ATTRIBUTES},
+            "label_classifier": None if self.label_classifier_ is None else self.label_classifier_.to_dict(),
             "history": history,
             "versions": versions(),
         }
@@ -75,7 +77,7 @@ class ReferenceMixin:
 
         The arguments are scvi-tools' (:meth:`scvi.model.base.BaseModelClass.save`). The file holds the
         weights, the configuration, the gene vocabulary (Ensembl IDs and symbols when known), the PB-Cond
-        codebook, the scvi-tools registry, the training split's indices, package versions and a checksum. It
+        codebook, the label classifier (:meth:`fit_label_classifier`), the scvi-tools registry, the training split's indices, package versions and a checksum. It
         is written to a temporary file and renamed, so an interrupted save leaves an earlier reference
         intact. Loading it never unpickles anything.
 
@@ -147,6 +149,8 @@ class ReferenceMixin:
         model.pseudobulk_codebook_ = metadata.get("codebook")
         for name, value in metadata.get("attributes", {}).items():
             setattr(model, name, value)
+        classifier = metadata.get("label_classifier")
+        model.label_classifier_ = None if classifier is None else LabelClassifier.from_dict(classifier)
         model.history_ = {
             name: pd.DataFrame({name: entry["value"]}, index=pd.Index(entry["index"], name="epoch"))
             for name, entry in metadata.get("history", {}).items()
