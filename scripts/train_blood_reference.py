@@ -13,7 +13,8 @@ taken as zeros. The model is ``SCTrilemma(preset="small")`` trained for its defa
 the user guide's recipe for references queried with other gene panels (``MODEL_OPTIONS``: the encoder reads every
 gene, and a random share of each training cell's genes is hidden from it); over the shared genes, which every query
 of these studies measures, its gene embeddings start from the data. The script then embeds the held-out donors
-zero-shot, transfers the reference donors' cell types to them, and writes ``model.safetensors``,
+zero-shot, labels them with the classifier fitted on the reference donors' cell types
+(:meth:`~sctrilemma.SCTrilemma.fit_label_classifier`, saved with the model), and writes ``model.safetensors``,
 scvi-hub's metadata, the model card and ``metrics.json`` to ``--out``.
 
 Usage: ``python scripts/train_blood_reference.py [--data-dir ../shared/data] [--out blood_reference] [--seed 0]
@@ -137,8 +138,7 @@ def label_transfer_figures(transferred: pd.DataFrame, query: ad.AnnData) -> dict
 def embedded_reference_cells(reference: ad.AnnData, n_cells: int, seed: int) -> ad.AnnData:
     """A random ``n_cells`` of the reference's cells with their ``obs`` and embedding, without counts.
 
-    Shipped beside the model, they are what a query is compared with: a joint UMAP, or
-    :meth:`~sctrilemma.SCTrilemma.transfer_labels` of their ``cell_type``.
+    Shipped beside the model, they are what a query is compared with, e.g. in a joint UMAP.
     """
     rng = np.random.default_rng(seed)
     keep = np.sort(rng.choice(reference.n_obs, size=min(n_cells, reference.n_obs), replace=False))
@@ -159,6 +159,17 @@ def main() -> None:
         help="every gene of any study (the full reference), or only those every study measured (the shipped one)",
     )
     parser.add_argument("--n-embedded-cells", type=int, default=4000, help="reference cells kept with their embedding")
+    parser.add_argument(
+        "--classifier-only",
+        action="store_true",
+        help="keep the weights saved in --out and only fit the label classifier, then rewrite the card and figures",
+    )
+    parser.add_argument(
+        "--label-transfer-summary",
+        type=Path,
+        default=None,
+        help="summary.md of benchmarks/label_transfer.py, quoted on the model card",
+    )
     args = parser.parse_args()
     from sctrilemma.io import write_hub_files
 
@@ -166,17 +177,26 @@ def main() -> None:
     blood = load_blood_data(args.data_dir)
     reference, query = reference_cells(blood, genes=args.genes), query_cells(blood)
     SCTrilemma.setup_anndata(reference, donor_key="donor", dataset_key="study")
-    model = SCTrilemma(reference, preset="small", **MODEL_OPTIONS[args.genes])
-    start = time.perf_counter()
-    model.train(enable_progress_bar=False)
-    train_s = time.perf_counter() - start
+    if args.classifier_only:
+        model = SCTrilemma.load(args.out, adata=reference)
+        training = json.loads((Path(args.out) / "metrics.json").read_text())
+        training = {key: training[key] for key in ("train_s", "steps", "epochs")}
+    else:
+        model = SCTrilemma(reference, preset="small", **MODEL_OPTIONS[args.genes])
+        start = time.perf_counter()
+        model.train(enable_progress_bar=False)
+        training = {
+            "train_s": round(time.perf_counter() - start, 1),
+            "steps": int(model.trainer.global_step),
+            "epochs": int(model.trainer.current_epoch),
+        }
+    model.fit_label_classifier("cell_type", seed=args.seed)  # Kang's labelled cells; the others have none
     model.save(args.out, overwrite=True)
     reference.obsm["X_sctrilemma"] = model.get_latent_representation()
 
     query_model = SCTrilemma.load_query_data(query.copy(), args.out)
     figures = zero_shot_figures(query_model.get_latent_representation(), query, seed=args.seed)
-    transferred = query_model.transfer_labels(reference, "cell_type")
-    figures.update(label_transfer_figures(transferred, query))
+    figures.update(label_transfer_figures(query_model.predict_labels(), query))
     embedded = embedded_reference_cells(reference, args.n_embedded_cells, args.seed)
     embedded.write_h5ad(Path(args.out) / REFERENCE_CELLS_FILE, compression="gzip")
     size_mb = (Path(args.out) / "model.safetensors").stat().st_size / 1e6
@@ -184,14 +204,14 @@ def main() -> None:
         "cells": {study: int(n) for study, n in reference.obs["study"].value_counts().items()},
         "donors": int(reference.obs["donor"].nunique()),
         "genes": int(reference.n_vars),
-        "train_s": round(train_s, 1),
-        "steps": int(model.trainer.global_step),
-        "epochs": int(model.trainer.current_epoch),
+        **training,
         "size_mb": round(size_mb, 2),
         "genes_rule": args.genes,
         "query": f"Kang 2018 donors {', '.join(HELD_OUT_DONORS)} ({query.n_obs} cells, {query.n_vars} genes)",
         "zero_shot": figures,
     }
+    if args.label_transfer_summary is not None:
+        summary["label_transfer_benchmark"] = args.label_transfer_summary.read_text().strip().splitlines()
     print(json.dumps(summary, indent=2))
     write_hub_files(
         args.out,

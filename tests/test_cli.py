@@ -392,3 +392,63 @@ def test_library_info_records_are_not_printed_by_default(tmp_path):
         )
         assert ("an informational line" in result.stderr) == shown
         assert "WARNING a warning line" in result.stderr
+
+
+def test_embed_labels_a_full_transcriptome_query_with_a_labelled_reference(tmp_path, capsys):
+    """A reference with a label classifier: `embed` writes labels; extra genes are fine; --min-overlap is passed."""
+    from sctrilemma import SCTrilemma
+    from sctrilemma.data import example_reference_dir, load_example
+    from sctrilemma.data._example import HELD_OUT_DONORS, REFERENCE_DONORS
+
+    adata = load_example()
+    reference = SCTrilemma.load_query_data(
+        adata[adata.obs["donor"].isin(REFERENCE_DONORS)].copy(), example_reference_dir()
+    )
+    reference.fit_label_classifier("cell_type")
+    reference.save(tmp_path / "labelled")
+    query = adata[adata.obs["donor"].isin(HELD_OUT_DONORS)]
+    extra = sp.random(query.n_obs, 3000, density=0.01, format="csr", random_state=0, dtype=np.float32)
+    extra.data[:] = 1.0
+    full = ad.AnnData(
+        X=sp.hstack([sp.csr_matrix(query.X), extra], format="csr"),
+        obs=query.obs.copy(),
+        var=ad.AnnData(var=query.var).var.reindex(list(query.var_names) + [f"ENSG6{n:010d}" for n in range(3000)]),
+    )
+    path, out = tmp_path / "query.h5ad", tmp_path / "embedded.h5ad"
+    full.write_h5ad(path)
+    assert main(["embed", str(path), "--model", str(tmp_path / "labelled"), "--out", str(out)]) == 0
+    embedded = ad.read_h5ad(out)
+    assert "labels to .obs['sctrilemma_prediction']" in capsys.readouterr().out
+    accuracy = (embedded.obs["sctrilemma_prediction"].astype(str) == query.obs["cell_type"].astype(str)).mean()
+    assert accuracy > 0.95
+    assert {"sctrilemma_probability", "sctrilemma_uncertainty", "sctrilemma_is_unknown"} <= set(embedded.obs)
+    # the query holds every gene of the model, so even the strictest threshold accepts it; 0 is not a threshold
+    assert (
+        main(["embed", str(path), "--model", str(tmp_path / "labelled"), "--out", str(out), "--min-overlap", "1"]) == 0
+    )
+    with pytest.raises(SystemExit, match="2"):
+        main(["embed", str(path), "--model", str(tmp_path / "labelled"), "--out", str(out), "--min-overlap", "0"])
+    assert "expected a number in (0, 1]" in capsys.readouterr().err
+
+
+def test_train_from_a_pretrained_reference(small_adata, tmp_path, capsys):
+    from sctrilemma.data import example_reference_dir
+
+    path = tmp_path / "data.h5ad"
+    small_adata.write_h5ad(path)
+    model_dir = tmp_path / "tuned"
+    pretrained = ["--pretrained", str(example_reference_dir())]
+    argv = ["train", str(path), "--out", str(model_dir), "--donor-key", "donor", "--max-steps", "2", *pretrained]
+    assert main(argv) == 0
+    tuned = sctrilemma.SCTrilemma.load(model_dir)
+    reference = sctrilemma.SCTrilemma.load(example_reference_dir())
+    assert tuned.gene_names_.tolist() == reference.gene_names_.tolist()
+    changed = [
+        not np.array_equal(a.numpy(), b.numpy())
+        for a, b in zip(tuned.module.state_dict().values(), reference.module.state_dict().values(), strict=True)
+    ]
+    assert any(changed)  # fine-tuned, not a copy
+    assert main([*argv[:3], str(tmp_path / "other"), *argv[4:], "--preset", "small"]) == 2
+    assert "--preset does not apply with --pretrained" in capsys.readouterr().err
+    assert main(["train", str(path), "--out", str(tmp_path / "x"), "--pretrained", str(tmp_path / "none")]) == 2
+    assert f"--pretrained {tmp_path / 'none'} does not exist" in capsys.readouterr().err

@@ -76,7 +76,7 @@ def check_h5ad(path: str, what: str = "input file") -> Path:
     return file
 
 
-def check_model_dir(path: str) -> Path:
+def check_model_dir(path: str, option: str = "--model") -> Path:
     """Check that ``path`` is a directory holding a saved model (or a legacy file that ``load`` explains).
 
     A path to the model file itself (``model_dir/model.safetensors``) means its directory.
@@ -85,11 +85,11 @@ def check_model_dir(path: str) -> Path:
     if directory.is_file() and directory.name in (MODEL_FILE, *LEGACY_MODEL_FILES):
         directory = directory.parent
     if not directory.exists():
-        raise CommandError(f"--model {path} does not exist; {MODEL_EXPECTED}.")
+        raise CommandError(f"{option} {path} does not exist; {MODEL_EXPECTED}.")
     if not directory.is_dir():
-        raise CommandError(f"--model {path} is a file, not a directory; {MODEL_EXPECTED}.")
+        raise CommandError(f"{option} {path} is a file, not a directory; {MODEL_EXPECTED}.")
     if not any((directory / name).is_file() for name in (MODEL_FILE, *LEGACY_MODEL_FILES)):
-        raise CommandError(f"--model {path} is not a saved sctrilemma model (no {MODEL_FILE}); {MODEL_EXPECTED}.")
+        raise CommandError(f"{option} {path} is not a saved sctrilemma model (no {MODEL_FILE}); {MODEL_EXPECTED}.")
     return directory
 
 
@@ -226,14 +226,21 @@ def _train(args: argparse.Namespace) -> None:
     source = check_h5ad(args.input)
     out = check_model_out(args.out, args.overwrite)
     check_h5ad_keys(source, {"--donor-key": args.donor_key, "--dataset-key": args.dataset_key})
+    pretrained = None if args.pretrained is None else check_model_dir(args.pretrained, "--pretrained")
+    if pretrained is not None and args.preset is not None:
+        raise CommandError("--preset does not apply with --pretrained: the reference fixes the model; drop one.")
     import scvi
 
     from sctrilemma import SCTrilemma
 
     scvi.settings.seed = args.seed
     adata = read_h5ad(source)
-    SCTrilemma.setup_anndata(adata, layer=args.layer, donor_key=args.donor_key, dataset_key=args.dataset_key)
-    model = SCTrilemma(adata, preset=args.preset)
+    if pretrained is not None:  # the reference's set-up, with the user's donor and dataset columns
+        keys = {"donor_key": args.donor_key, "dataset_key": args.dataset_key}
+        model = SCTrilemma.from_pretrained(adata, pretrained, layer=args.layer, **keys)
+    else:
+        SCTrilemma.setup_anndata(adata, layer=args.layer, donor_key=args.donor_key, dataset_key=args.dataset_key)
+        model = SCTrilemma(adata, preset=args.preset)
     max_epochs = args.max_epochs
     time_budget = {}
     if args.max_time is not None:
@@ -243,6 +250,10 @@ def _train(args: argparse.Namespace) -> None:
     model.train(max_epochs=max_epochs, max_steps=args.max_steps, batch_size=args.batch_size, **time_budget)
     model.save(out, overwrite=args.overwrite)
     print(f"Saved the trained model to {out}")
+
+
+# Columns of predict_labels written to .obs as sctrilemma_<column> by `sctrilemma embed`.
+LABEL_COLUMNS = ("prediction", "probability", "uncertainty", "is_unknown")
 
 
 def _embed(args: argparse.Namespace) -> None:
@@ -256,8 +267,17 @@ def _embed(args: argparse.Namespace) -> None:
     model = SCTrilemma.load_query_data(out, model_dir, layer=args.layer, min_overlap=args.min_overlap)
     embedding = model.get_latent_representation(batch_size=args.batch_size)
     out.obsm[EMBEDDING_KEY] = embedding
+    labelled = ""
+    if model.label_classifier_ is not None:  # a reference with a label classifier labels the cells too
+        labels = model.predict_labels(batch_size=args.batch_size)
+        for column in LABEL_COLUMNS:
+            out.obs[f"sctrilemma_{column}"] = labels[column].to_numpy()
+        unknown = labels["is_unknown"].mean()
+        labelled = f" and labels to .obs['sctrilemma_prediction'] ({100 * unknown:.1f}% unknown)"
     out.write_h5ad(target, compression="gzip")
-    print(f"Wrote {embedding.shape[0]} x {embedding.shape[1]} embeddings to {target} (.obsm[{EMBEDDING_KEY!r}])")
+    print(
+        f"Wrote {embedding.shape[0]} x {embedding.shape[1]} embeddings to {target} (.obsm[{EMBEDDING_KEY!r}]){labelled}"
+    )
 
 
 def _score(args: argparse.Namespace) -> None:
@@ -364,6 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="model size (default: paper with a CUDA GPU, small without, as in SCTrilemma(adata))",
     )
     train.add_argument(
+        "--pretrained",
+        default=None,
+        metavar="DIR",
+        help="start from the weights of a saved reference (e.g. the blood reference) and fine-tune it on the input; "
+        "the reference fixes the model's genes and size, so --preset does not apply",
+    )
+    train.add_argument(
         "--max-epochs",
         type=positive_int,
         default=None,
@@ -397,7 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
     embed = command("embed", "embed an .h5ad with a saved model (zero-shot; genes are matched to the model's)")
     embed.add_argument("input", help="input .h5ad with raw counts")
     embed.add_argument("--model", required=True, help="directory of a saved model (from `sctrilemma train --out`)")
-    embed.add_argument("--out", required=True, help="output .h5ad (input plus .obsm['X_sctrilemma'])")
+    embed.add_argument(
+        "--out",
+        required=True,
+        help="output .h5ad (input plus .obsm['X_sctrilemma'] and, with a labelled reference, .obs['sctrilemma_*'] "
+        "labels: prediction, probability, uncertainty, is_unknown)",
+    )
     embed.add_argument("--layer", default=None, help="layer with raw counts (default: the model's, else X)")
     embed.add_argument(
         "--min-overlap",

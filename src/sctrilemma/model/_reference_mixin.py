@@ -394,6 +394,35 @@ class ReferenceMixin:
         _freeze_for_query(model.module, unfrozen, freeze_expression, freeze_dropout, freeze_batchnorm_encoder)
         return model
 
+    @classmethod
+    def from_pretrained(cls, adata: ad.AnnData, reference_model, **prepare_kwargs):
+        """A model of your own data that starts from a pretrained reference's weights: call :meth:`train` next.
+
+        The path for a study of your own, e.g. blood with :func:`sctrilemma.data.blood_reference_dir`: ``adata``
+        is mapped into the reference's genes as in :meth:`load_query_data` (``adata`` itself is not modified) and
+        every weight is trainable, so that a few minutes of :meth:`train` fit the reference to your cells. It is
+        ``load_query_data(adata, reference_model, unfrozen=True)`` without the reference's label classifier:
+        training moves the embedding the classifier was fitted on, so transfer labels with the zero-shot model
+        (:meth:`load_query_data`, :meth:`predict_labels`) or fit a classifier anew (:meth:`fit_label_classifier`).
+
+        Parameters
+        ----------
+        adata
+            Your cells with raw counts (any gene identifiers that overlap the reference's).
+        reference_model
+            A trained model (left unchanged) or the directory of a saved reference.
+        **prepare_kwargs
+            Passed to :meth:`prepare_query_anndata` (``layer``, ``donor_key``, ``dataset_key``, ``min_overlap``).
+
+        Returns
+        -------
+        The model with the mapped data attached, ready for :meth:`train` (e.g. ``model.train(max_epochs=10_000,
+        max_time="00:00:02:00")``).
+        """
+        model = cls.load_query_data(adata, reference_model, unfrozen=True, **prepare_kwargs)
+        model.label_classifier_ = None
+        return model
+
     def _nothing_to_train(self) -> bool:
         """Whether every parameter is frozen (a query loaded with the default freezing); logs why."""
         if any(parameter.requires_grad for parameter in self.module.parameters()):
