@@ -29,7 +29,8 @@ of the cells of types the reference lacks called unknown).
 
 Usage: ``OMP_NUM_THREADS=1 python benchmarks/label_transfer.py [--seeds 0 1 2] [--splits ...] [--methods ...]
 [--budget-s 120] [--out benchmarks/output/label_transfer]``. Each run writes ``runs_<split>_<method>_<seed>.json``
-(and, for ``sctrilemma``, the two embeddings); ``--summarize`` tabulates them (mean ± SD over seeds).
+(and, for ``sctrilemma``, the two embeddings) and skips runs already there unless ``--rerun``; ``--summarize``
+tabulates them (mean ± SD over seeds).
 """
 
 from __future__ import annotations
@@ -158,7 +159,10 @@ def run_celltypist(reference: ad.AnnData, query: ad.AnnData, seed: int):
     scale = lambda x: np.clip(scaler.transform(x), -10, 10)  # CellTypist clips scaled values at 10
     classifier = OneVsRestClassifier(LogisticRegression(max_iter=1000, random_state=seed))
     classifier.fit(scale(x_reference), reference.obs["cell_type"].to_numpy())
-    probability = 1 / (1 + np.exp(-classifier.decision_function(scale(x_query))))
+    decision = classifier.decision_function(scale(x_query))
+    if decision.ndim == 1:  # two classes: one score, for the second
+        decision = np.stack([-decision, decision], axis=1)
+    probability = 1 / (1 + np.exp(-decision))
     best = probability.argmax(1)
     prediction = np.where(probability.max(1) >= 0.5, classifier.classes_[best], UNKNOWN)
     return prediction, {"n_genes": int(genes.size)}
@@ -253,6 +257,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch's thread count, pinned for every method")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/output/label_transfer"))
     parser.add_argument("--summarize", action="store_true", help="only tabulate the runs in --out")
+    parser.add_argument("--rerun", action="store_true", help="run again what --out already holds")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summarize:
@@ -260,6 +265,8 @@ def main() -> None:
         for seed in args.seeds:
             for split in args.splits:
                 for method in args.methods:
+                    if (args.out / f"runs_{split}_{method}_{seed}.json").exists() and not args.rerun:
+                        continue
                     row = run(split, method, seed, args.budget_s, args.out)
                     print(json.dumps(row), flush=True)
     rows = [json.loads(path.read_text()) for path in sorted(args.out.glob("runs_*.json"))]

@@ -12,6 +12,7 @@ from sctrilemma import SCTrilemma
 from sctrilemma.data import blood_reference_dir, load_example
 from sctrilemma.data._example import HELD_OUT_DONORS
 from sctrilemma.io import read_reference
+from sctrilemma.model import LabelClassifier
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +44,12 @@ def test_the_blood_reference_covers_three_studies_and_says_so() -> None:
 
 
 def test_unseen_donors_get_the_reference_cell_types(query_model: SCTrilemma, reference_cells: ad.AnnData) -> None:
+    """The reference carries its classifier: the query is labelled without the reference's cells."""
     assert query_model.adata.uns["sctrilemma_gene_match"]["by"] == "symbol"
     assert not reference_cells.obs["donor"].isin([f"Kang2018:{d}" for d in HELD_OUT_DONORS]).any()
-    result = query_model.transfer_labels(reference_cells, "cell_type")
+    assert query_model.label_classifier_ is not None
+    assert set(query_model.label_classifier_.classes) == set(reference_cells.obs["cell_type"].dropna())
+    result = query_model.predict_labels()
     truth = query_model.adata.obs["cell_type"].astype(str).to_numpy()
     accuracy = (result["prediction"].astype(str).to_numpy() == truth).mean()
     print(f"accuracy {accuracy:.3f}, unknown {result['is_unknown'].mean():.3f}")
@@ -54,8 +58,11 @@ def test_unseen_donors_get_the_reference_cell_types(query_model: SCTrilemma, ref
 
 
 def test_a_type_the_reference_lacks_is_unknown(query_model: SCTrilemma, reference_cells: ad.AnnData) -> None:
-    without_b = reference_cells[reference_cells.obs["cell_type"] != "B cells"].copy()
-    result = query_model.transfer_labels(without_b, "cell_type")
+    without_b = reference_cells[
+        reference_cells.obs["cell_type"].notna() & (reference_cells.obs["cell_type"] != "B cells")
+    ]
+    classifier = LabelClassifier.fit(without_b.obsm["X_sctrilemma"], without_b.obs["cell_type"].astype(str))
+    result = classifier.predict(query_model.get_latent_representation())
     b_cells = query_model.adata.obs["cell_type"].astype(str).to_numpy() == "B cells"
     unknown = result["is_unknown"].to_numpy()
     print(f"unknown: B {unknown[b_cells].mean():.3f}, others {unknown[~b_cells].mean():.3f}")

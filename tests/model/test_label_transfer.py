@@ -130,3 +130,12 @@ def test_a_reference_carries_its_classifier_to_a_query(tmp_path: Path) -> None:
     print(f"unknown: NK {result['is_unknown'][nk].mean():.3f}, others {result['is_unknown'][~nk].mean():.3f}")
     assert result["is_unknown"][nk].mean() > 0.5
     assert result["is_unknown"][~nk].mean() < 0.05
+
+
+def test_two_classes() -> None:
+    x, labels = _blobs(8, centres=np.eye(2, N_FEATURES) * 4.0)
+    classifier = LabelClassifier.fit(x, labels)
+    assert classifier.coef.shape == (2, N_FEATURES)
+    x_test, truth = _blobs(9, centres=np.eye(2, N_FEATURES) * 4.0)
+    result = classifier.predict(x_test)
+    assert (result["prediction"].astype(str).to_numpy() == truth).mean() > 0.97

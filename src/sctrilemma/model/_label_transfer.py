@@ -102,6 +102,9 @@ class LabelClassifier:
         z = (x - mean) / scale
         folds = StratifiedKFold(n_splits=int(min(5, counts.min())), shuffle=True, random_state=seed)
         regression = LogisticRegressionCV(Cs=8, cv=folds, scoring="neg_log_loss", max_iter=2000).fit(z, codes)
+        coef, intercept = regression.coef_, regression.intercept_
+        if classes.size == 2:  # one logit for the second class: the same probabilities as two opposite halves
+            coef, intercept = np.concatenate([-coef, coef]) / 2, np.concatenate([-intercept, intercept]) / 2
         centroids = np.stack([z[codes == k].mean(0) for k in range(classes.size)])
         precision = LedoitWolf().fit(z - centroids[codes]).precision_
         distance = _mahalanobis(z, centroids[codes], precision)
@@ -110,8 +113,8 @@ class LabelClassifier:
             classes=classes.astype(object),
             mean=mean,
             scale=scale,
-            coef=regression.coef_,
-            intercept=regression.intercept_,
+            coef=coef,
+            intercept=intercept,
             centroids=centroids,
             precision=precision,
             thresholds=thresholds,
