@@ -1,7 +1,8 @@
-"""Build the small real example shipped with sctrilemma from ``../shared/data``.
+"""Build the small real examples shipped with sctrilemma from ``../shared/data``.
 
 Run from the project root: ``python scripts/build_example_data.py [SHARED_DATA_DIR]``.
-The output is deterministic (seeded) and documented in ``src/sctrilemma/data/example/PROVENANCE.md``.
+The output is deterministic (seeded) and documented in ``src/sctrilemma/data/example/PROVENANCE.md``: Kang 2018
+PBMCs (2,511 genes, cell types) and a full-transcriptome query, 10x Genomics' 1k PBMC 3' v3 demo set.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import scipy.sparse as sp
 CELLS_PER_DONOR = 600
 SEED = 0
 OUT = Path("src/sctrilemma/data/example/kang2018_pbmc_example.h5ad")
+PBMC_V3_OUT = Path("src/sctrilemma/data/example/pbmc_1k_v3.h5ad")
+PBMC_V3_BATCH = "1k_PBMC_v3_filt"
+PBMC_V3_CELLS = 400
 
 
 def main(shared_data: Path) -> None:
@@ -44,6 +48,30 @@ def main(shared_data: Path) -> None:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     small.write_h5ad(OUT, compression="gzip")
     print(small, f"\n{OUT}: {OUT.stat().st_size / 1e6:.2f} MB")
+    build_pbmc_v3(shared_data)
+
+
+def build_pbmc_v3(shared_data: Path) -> None:
+    """400 cells and all genes of the 10x 1k PBMC 3' v3 demo set: a full-transcriptome query, by gene symbols."""
+    full = ad.read_h5ad(shared_data / "10x_pbmc_v2_v3_5p_scwgparis.h5ad")
+    batch = np.flatnonzero(full.obs["batch"].to_numpy() == PBMC_V3_BATCH)
+    cells = full[np.sort(np.random.default_rng(SEED).choice(batch, PBMC_V3_CELLS, replace=False))]
+    query = ad.AnnData(
+        X=sp.csr_matrix(cells.X.astype(np.int32)),
+        obs=cells.obs[["batch", "technology"]].astype(str).astype("category"),
+        var=cells.var.iloc[:, :0].copy(),
+    )
+    query.var.index.name = "gene_symbol"
+    query.uns = {
+        "source": {
+            "dataset": "10x Genomics 1k PBMCs from a healthy donor, Chromium 3' v3 (public demo data set)",
+            "built_from": f"shared/data/10x_pbmc_v2_v3_5p_scwgparis.h5ad, batch {PBMC_V3_BATCH}",
+            "subsample": f"{PBMC_V3_CELLS} cells, numpy default_rng({SEED}), all genes",
+            "values": "raw integer UMI counts; gene symbols; no cell-type labels",
+        }
+    }
+    query.write_h5ad(PBMC_V3_OUT, compression="gzip")
+    print(query, f"\n{PBMC_V3_OUT}: {PBMC_V3_OUT.stat().st_size / 1e6:.2f} MB")
 
 
 if __name__ == "__main__":

@@ -437,7 +437,7 @@ def test_train_from_a_pretrained_reference(small_adata, tmp_path, capsys):
     path = tmp_path / "data.h5ad"
     small_adata.write_h5ad(path)
     model_dir = tmp_path / "tuned"
-    pretrained = ["--pretrained", str(example_reference_dir())]
+    pretrained = ["--pretrained", "example"]
     argv = ["train", str(path), "--out", str(model_dir), "--donor-key", "donor", "--max-steps", "2", *pretrained]
     assert main(argv) == 0
     tuned = sctrilemma.SCTrilemma.load(model_dir)
@@ -452,3 +452,14 @@ def test_train_from_a_pretrained_reference(small_adata, tmp_path, capsys):
     assert "--preset does not apply with --pretrained" in capsys.readouterr().err
     assert main(["train", str(path), "--out", str(tmp_path / "x"), "--pretrained", str(tmp_path / "none")]) == 2
     assert f"--pretrained {tmp_path / 'none'} does not exist" in capsys.readouterr().err
+
+
+def test_shipped_references_by_name(tmp_path, monkeypatch):
+    from sctrilemma.data import blood_reference_dir, example_reference_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert check_model_dir("blood") == blood_reference_dir()
+    assert check_model_dir("example", "--pretrained") == example_reference_dir()
+    (tmp_path / "blood").mkdir()  # a local directory of that name wins, and is checked as any other
+    with pytest.raises(Exception, match="--model blood is not a saved sctrilemma model"):
+        check_model_dir("blood")

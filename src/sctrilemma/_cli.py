@@ -76,12 +76,22 @@ def check_h5ad(path: str, what: str = "input file") -> Path:
     return file
 
 
+# References shipped with the package, by the name `--model` and `--pretrained` accept (as sctrilemma.data gives them).
+SHIPPED_REFERENCES = {
+    "blood": Path(__file__).parent / "data" / "blood_reference",
+    "example": Path(__file__).parent / "data" / "reference",
+}
+
+
 def check_model_dir(path: str, option: str = "--model") -> Path:
     """Check that ``path`` is a directory holding a saved model (or a legacy file that ``load`` explains).
 
-    A path to the model file itself (``model_dir/model.safetensors``) means its directory.
+    A path to the model file itself (``model_dir/model.safetensors``) means its directory; the name of a shipped
+    reference (``blood``, ``example``) that is not a local path means that reference.
     """
     directory = Path(path)
+    if path in SHIPPED_REFERENCES and not directory.exists():
+        directory = SHIPPED_REFERENCES[path]
     if directory.is_file() and directory.name in (MODEL_FILE, *LEGACY_MODEL_FILES):
         directory = directory.parent
     if not directory.exists():
@@ -387,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pretrained",
         default=None,
         metavar="DIR",
-        help="start from the weights of a saved reference (e.g. the blood reference) and fine-tune it on the input; "
+        help="start from the weights of a saved reference (`blood` for the shipped one) and fine-tune it on the input; "
         "the reference fixes the model's genes and size, so --preset does not apply",
     )
     train.add_argument(
@@ -423,7 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     embed = command("embed", "embed an .h5ad with a saved model (zero-shot; genes are matched to the model's)")
     embed.add_argument("input", help="input .h5ad with raw counts")
-    embed.add_argument("--model", required=True, help="directory of a saved model (from `sctrilemma train --out`)")
+    embed.add_argument(
+        "--model",
+        required=True,
+        help="directory of a saved model (from `sctrilemma train --out`), or `blood` for the shipped blood reference",
+    )
     embed.add_argument(
         "--out",
         required=True,

@@ -1,5 +1,5 @@
 from ._census import CENSUS_OBS_FILTER, build_example_census, default_cache_dir, open_experiment
-from ._example import blood_reference_dir, example_reference_dir, load_example
+from ._example import blood_reference_dir, example_reference_dir, load_example, load_pbmc_v3
 from ._genes import GeneMatch, match_genes, strip_version
 from ._pseudobulk import PseudobulkCodebook, pseudobulk_profiles
 from ._soma_datamodule import SomaDataModule
@@ -16,6 +16,7 @@ __all__ = [
     "PseudobulkCodebook",
     "example_reference_dir",
     "load_example",
+    "load_pbmc_v3",
     "match_genes",
     "open_experiment",
     "pseudobulk_profiles",

@@ -8,6 +8,7 @@ import anndata as ad
 
 EXAMPLE_DIR = Path(__file__).parent / "example"
 EXAMPLE_FILE = EXAMPLE_DIR / "kang2018_pbmc_example.h5ad"
+PBMC_V3_FILE = EXAMPLE_DIR / "pbmc_1k_v3.h5ad"
 EXAMPLE_REFERENCE_DIR = Path(__file__).parent / "reference"
 BLOOD_REFERENCE_DIR = Path(__file__).parent / "blood_reference"
 REFERENCE_DONORS = ("1015", "1016", "1244")
@@ -26,6 +27,20 @@ def load_example() -> ad.AnnData:
     A new AnnData of ``3000 x 2511`` raw integer counts (CSR) on each call.
     """
     return ad.read_h5ad(EXAMPLE_FILE)
+
+
+def load_pbmc_v3() -> ad.AnnData:
+    """Load 400 PBMCs of 10x Genomics' 1k PBMC 3' v3 demo set, with all 19,974 genes: a full-transcriptome query.
+
+    A healthy donor in another chemistry and lab than :func:`load_example`, by gene symbols (``var_names``), with
+    no cell-type labels; raw integer counts. Its donor's other cells were among the blood reference's unlabelled
+    training cells (:func:`blood_reference_dir`). Provenance: ``PROVENANCE.md`` next to the file.
+
+    Returns
+    -------
+    A new AnnData of ``400 x 19974`` raw integer counts (CSR) on each call.
+    """
+    return ad.read_h5ad(PBMC_V3_FILE)
 
 
 def example_reference_dir() -> Path:
@@ -52,8 +67,8 @@ def blood_reference_dir() -> Path:
     :func:`load_example`) were never seen. Beside ``model.safetensors`` the directory holds scvi-hub's metadata and
     model card (``README.md``, with the training data and figures), so ``scvi.hub.HubModel(directory)`` loads it,
     and ``reference_cells.h5ad``: 4,000 of the training cells with their embedding (``obsm["X_sctrilemma"]``) and
-    ``study``, ``donor``, ``chemistry``, ``condition`` and ``cell_type`` (Kang's cells only), for
-    :meth:`~sctrilemma.SCTrilemma.transfer_labels` and joint plots.
+    ``study``, ``donor``, ``chemistry``, ``condition`` and ``cell_type`` (Kang's cells only), for joint plots. The
+    model carries a label classifier of Kang's four cell types (:meth:`~sctrilemma.SCTrilemma.predict_labels`).
 
     Returns
     -------
