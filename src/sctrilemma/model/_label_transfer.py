@@ -13,12 +13,14 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 UNKNOWN = "unknown"
-# Share of the query's cells whose distance sets the query's own shift from the reference (see `predict`).
-SHIFT_QUANTILE = 0.25
-# Quantile of the reference cells' own distance to their class centre beyond which a cell is novel.
-NOVELTY_QUANTILE = 0.99
-# A cell's novelty is the median over itself and its nearest query cells, so that novelty is a property of a group.
+# A cell's distance is the median over itself and its nearest query cells, so that novelty is a property of a group.
 NOVELTY_NEIGHBORS = 15
+# The query's own distance to a class: this quantile of the distances of the cells it labels with the class.
+SHIFT_QUANTILE = 0.1
+# Classes labelling fewer query cells than this do not enter the query's shift.
+MIN_SHIFT_CELLS = 10
+# A cell is novel when its distance is this many times the query's own distance to the classes.
+NOVELTY_FACTOR = 1.5
 
 
 @dataclass
@@ -40,10 +42,10 @@ class LabelClassifier:
         Each class's mean standardised embedding, ``(n_classes, n_features)``.
     precision
         Inverse of the pooled within-class covariance (Ledoit-Wolf shrinkage), ``(n_features, n_features)``.
-    thresholds
-        Per class, the ``NOVELTY_QUANTILE`` of the reference cells' Mahalanobis distance to their class centre.
+    class_scales
+        Per class, the median Mahalanobis distance of the reference's cells to their class centre.
     reference_shift
-        The ``SHIFT_QUANTILE`` of the reference cells' distance ratio (distance over their class's threshold).
+        The reference's own cells' distance as :meth:`predict` measures a query's, for scale.
     labels_key
         The ``obs`` column the labels came from, if any.
     """
@@ -55,7 +57,7 @@ class LabelClassifier:
     intercept: np.ndarray
     centroids: np.ndarray
     precision: np.ndarray
-    thresholds: np.ndarray
+    class_scales: np.ndarray
     reference_shift: float
     labels_key: str | None = None
 
@@ -108,7 +110,7 @@ class LabelClassifier:
         centroids = np.stack([z[codes == k].mean(0) for k in range(classes.size)])
         precision = LedoitWolf().fit(z - centroids[codes]).precision_
         distance = _mahalanobis(z, centroids[codes], precision)
-        thresholds = np.array([np.quantile(distance[codes == k], NOVELTY_QUANTILE) for k in range(classes.size)])
+        class_scales = np.array([np.median(distance[codes == k]) for k in range(classes.size)])
         return cls(
             classes=classes.astype(object),
             mean=mean,
@@ -117,8 +119,8 @@ class LabelClassifier:
             intercept=intercept,
             centroids=centroids,
             precision=precision,
-            thresholds=thresholds,
-            reference_shift=float(np.quantile(distance / thresholds[codes], SHIFT_QUANTILE)),
+            class_scales=np.maximum(class_scales, 1e-12),
+            reference_shift=_query_shift(_neighbourhood_median(z, distance / class_scales[codes]), codes, classes.size),
             labels_key=labels_key,
         )
 
@@ -147,14 +149,14 @@ class LabelClassifier:
         """Each cell's label, probability and uncertainty, with an unknown class.
 
         A cell is unknown when its largest class probability is below ``1 - max_uncertainty``, or (``novelty``)
-        when it lies further from the centre of its predicted class, in the reference's within-class
-        Mahalanobis distance, than the reference's own cells of that class lie, once the query's own shift is
-        allowed for. That shift is the ratio of the query's distances to the reference's at their lower quartile:
-        a query from another chemistry or lab sits further from every class as a whole, while the cells of a type
-        the reference lacks sit further than the rest of the query. At least a quarter of the query's cells must
-        therefore be of types the reference knows. A cell's novelty is the median over itself and its 15 nearest
-        query cells, so that a type is judged as a group and a lone outlying cell of a known type keeps its
-        label. Both make a cell's label depend on the query it comes with, never its embedding.
+        when it lies further from the centre of its predicted class than the query's own cells of the known types
+        do. Distances are Mahalanobis distances under the reference's within-class covariance, in units of the
+        reference cells' median distance to their class centre, and each cell's is the median over itself and its
+        15 nearest query cells, so that a group is judged, not a lone cell. The query's own distance (its shift:
+        another chemistry or lab moves every class) is, per class, the lower tail (10 %) of the distances of the
+        cells labelled with it, which are that class's own cells wherever the query has them; the median over
+        classes. A cell further than 1.5 times that is novel. A cell's label therefore depends on the query it
+        comes with; its embedding does not.
 
         Parameters
         ----------
@@ -164,7 +166,7 @@ class LabelClassifier:
             Cells with uncertainty (one minus the largest probability) above this are unknown; ``1`` switches
             the rule off.
         novelty
-            Call cells unknown that lie beyond the reference's spread of their predicted class.
+            Call cells unknown that lie further from their predicted class than the query's own known cells.
         unknown_label
             The label given to unknown cells.
         index
@@ -173,10 +175,10 @@ class LabelClassifier:
         Returns
         -------
         One row per cell: ``prediction`` (with ``unknown_label``), ``nearest_label`` (the classifier's label before
-        the unknown rules), ``probability``, ``uncertainty``, ``novelty_score`` (distance over its class's
-        threshold after the query's shift; above 1 is novel), ``is_novel`` and ``is_unknown``. ``attrs["query_shift"]``
-        is the query's shift: how much further from the reference's classes its cells lie than the reference's own
-        (1 for none).
+        the unknown rules), ``probability``, ``uncertainty``, ``novelty_score`` (the cell's distance over 1.5 times
+        the query's own; above 1 is novel), ``is_novel`` and ``is_unknown``. ``attrs["query_shift"]`` is the query's
+        own distance, relative to the reference's cells (about 1 for a query like the reference; larger for one
+        measured differently).
         """
         if not 0 <= max_uncertainty <= 1:
             raise ValueError(f"`max_uncertainty` must lie in [0, 1], got {max_uncertainty}.")
@@ -184,9 +186,10 @@ class LabelClassifier:
         winner = probabilities.argmax(1)
         probability = probabilities[np.arange(winner.size), winner]
         z = self._standardised(embedding)
-        ratio = _mahalanobis(z, self.centroids[winner], self.precision) / self.thresholds[winner]
-        shift = max(1.0, float(np.quantile(ratio, SHIFT_QUANTILE)) / self.reference_shift) if ratio.size else 1.0
-        score = _neighbourhood_median(z, ratio / shift)
+        distance = _mahalanobis(z, self.centroids[winner], self.precision) / self.class_scales[winner]
+        ratio = _neighbourhood_median(z, distance)
+        shift = _query_shift(ratio, winner, self.classes.size)
+        score = ratio / (NOVELTY_FACTOR * shift)
         is_novel = (score > 1.0) if novelty else np.zeros(winner.size, dtype=bool)
         is_unknown = (1.0 - probability > max_uncertainty) | is_novel
         nearest = self.classes[winner]
@@ -203,7 +206,7 @@ class LabelClassifier:
             },
             index=index,
         )
-        result.attrs["query_shift"] = shift
+        result.attrs["query_shift"] = shift / self.reference_shift
         return result
 
     def _standardised(self, embedding: ArrayLike) -> np.ndarray:
@@ -229,6 +232,21 @@ class LabelClassifier:
             if k not in scalars
         }
         return cls(**arrays, **scalars)
+
+
+def _query_shift(ratio: np.ndarray, winner: np.ndarray, n_classes: int) -> float:
+    """How far the query's own cells lie from the reference's classes, in units of the reference's spread.
+
+    Per class, the ``SHIFT_QUANTILE`` of ``ratio`` over the cells labelled with it: the part of them nearest the
+    class, its own cells where the query has them; then the median over classes. 1 where no class labels
+    ``MIN_SHIFT_CELLS`` cells.
+    """
+    per_class = [
+        np.quantile(ratio[winner == k], SHIFT_QUANTILE)
+        for k in range(n_classes)
+        if (winner == k).sum() >= MIN_SHIFT_CELLS
+    ]
+    return float(np.median(per_class)) if per_class else 1.0
 
 
 def _neighbourhood_median(z: np.ndarray, score: np.ndarray) -> np.ndarray:
