@@ -8,22 +8,12 @@ import numpy as np
 import pytest
 import scvi
 import torch
+from tiny_sizes import TINY
 
 from sctrilemma.data import load_example
 
 if TYPE_CHECKING:
     import anndata as ad
-
-# Tiny configuration for fast model tests (same architecture, small sizes).
-TINY = {
-    "n_hidden": 32,
-    "n_latent_tokens": 4,
-    "crop_size": 256,
-    "n_encoder_layers": 1,
-    "n_decoder_layers": 1,
-    "n_heads": 4,
-    "n_prior_codes": 8,
-}
 
 _SKIP_UNLESS = {
     "gpu": (torch.cuda.is_available, "needs a CUDA device"),
@@ -47,7 +37,7 @@ def _seed() -> None:
 def _one_thread_for_tiny_models(request: pytest.FixtureRequest):
     """Tiny models run fastest on one thread; OpenMP spinning on a loaded 2-core machine made them 20x slower.
 
-    Tests marked ``slow`` (full-size example runs) keep all threads.
+    Tests marked ``slow`` (full-size runs, subprocesses and the longer trainings) keep all threads, as users run.
     """
     if request.node.get_closest_marker("slow"):
         yield

@@ -18,7 +18,8 @@ from lightning.pytorch.callbacks import Callback
 
 import sctrilemma
 
-TINY = {"n_hidden": 16, "n_latent_tokens": 2, "crop_size": 64, "n_encoder_layers": 1, "n_decoder_layers": 1}
+sys.path.insert(0, str(Path(__file__).parents[1] / "_support"))  # run as a script: the test suite's pythonpath
+from tiny_sizes import TINY  # noqa: E402
 
 
 class RecordCells(Callback):
@@ -36,7 +37,7 @@ def main(census_dir: str, out_dir: str) -> None:
     scvi.settings.seed = 0
     out = Path(out_dir)
     model = sctrilemma.SCTrilemma.from_census(
-        census_dir, batch_size=64, cache_dir=out / "cache", preset="small", n_heads=2, n_prior_codes=4, **TINY
+        census_dir, batch_size=64, cache_dir=out / "cache", preset="small", **TINY
     )
     recorder = RecordCells()
     model.train(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_sizes import TINY
 
 pytest.importorskip("tiledbsoma")
 pytest.importorskip("tiledbsoma_ml")
@@ -120,5 +121,5 @@ def test_census_ddp_two_cpu_processes(census_dir: Path, tmp_path: Path):
     assert np.isfinite(ranks[0]["loss"]).all()
     query = load_example()[:300].copy()
     embedding = SCTrilemma.load_query_data(query, tmp_path / "reference").get_latent_representation()
-    assert embedding.shape == (300, 16)
+    assert embedding.shape == (300, TINY["n_hidden"])
     assert np.isfinite(embedding).all()

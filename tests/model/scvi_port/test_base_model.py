@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 from scvi.data import synthetic_iid
+from tiny_sizes import TINY
 
 from sctrilemma import SCTrilemma
-
-TINY = {"n_hidden": 32, "n_latent_tokens": 4, "crop_size": 64, "n_encoder_layers": 1, "n_decoder_layers": 1}
 
 
 def test_deregister_manager():
@@ -21,7 +20,7 @@ def test_deregister_manager():
     # default deregister
     SCTrilemma.setup_anndata(adata)
     SCTrilemma.setup_anndata(bdata)
-    model = SCTrilemma(adata, n_heads=2, **TINY, preset="paper")
+    model = SCTrilemma(adata, **TINY, preset="paper")
     adata_manager = model._get_most_recent_anndata_manager(adata)
     bdata_manager = model._get_most_recent_anndata_manager(bdata)
 
@@ -38,7 +37,7 @@ def test_deregister_manager():
     # deregister with argument
     SCTrilemma.setup_anndata(adata)
     SCTrilemma.setup_anndata(bdata)
-    model = SCTrilemma(adata, n_heads=2, **TINY, preset="paper")
+    model = SCTrilemma(adata, **TINY, preset="paper")
     adata_manager = model._get_most_recent_anndata_manager(adata)
     bdata_manager = model._get_most_recent_anndata_manager(bdata)
 

@@ -27,6 +27,7 @@ from scvi.data import synthetic_iid
 from scvi.data._constants import ADATA_MINIFY_TYPE
 from scvi.data._utils import _is_minified
 from scvi.model.base import BaseMinifiedModeModelClass
+from tiny_sizes import TINY
 
 from sctrilemma import SCTrilemma
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from anndata import AnnData
 
-TINY = {"n_hidden": 32, "n_latent_tokens": 4, "crop_size": 64, "n_encoder_layers": 1, "n_decoder_layers": 1}
 # scVI uses 400 posterior draws; each costs a full decode here, and the cached path draws the same noise as the
 # encoder's path (same seed, same `rsample`), so a few are enough for the tolerance.
 N_SAMPLES = 20
@@ -56,7 +56,7 @@ def prep_model(layer: str | None = None) -> tuple[SCTrilemma, AnnData, npt.NDArr
 
     SCTrilemma.setup_anndata(adata, layer=layer, donor_key="batch")
 
-    model = SCTrilemma(adata, n_heads=2, **TINY, preset="paper")
+    model = SCTrilemma(adata, **TINY, preset="paper")
     model.train(1, check_val_every_n_epoch=1, train_size=0.5)
 
     lib_size = np.squeeze(np.asarray(counts.sum(axis=-1)))

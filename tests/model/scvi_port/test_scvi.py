@@ -18,10 +18,10 @@ import scipy.sparse as sp
 import scvi
 import torch
 from scvi.data import _constants, synthetic_iid
+from tiny_sizes import TINY
 
 from sctrilemma import SCTrilemma
 
-TINY = {"n_hidden": 32, "n_latent_tokens": 4, "crop_size": 64, "n_encoder_layers": 1, "n_decoder_layers": 1}
 N_LATENT = TINY["n_hidden"]  # the cell embedding's width
 
 
@@ -30,7 +30,7 @@ def _synthetic(**kwargs) -> anndata.AnnData:
 
 
 def _model(adata: anndata.AnnData, **kwargs) -> SCTrilemma:
-    return SCTrilemma(adata, n_heads=2, **{**TINY, **kwargs}, preset="paper")
+    return SCTrilemma(adata, **{**TINY, **kwargs}, preset="paper")
 
 
 @pytest.fixture
@@ -80,7 +80,12 @@ def test_saving_and_loading(save_path):
 
 @pytest.mark.parametrize("gene_likelihood", ["nb", "poisson", "normal"])
 def test_scvi_other_likelihoods(gene_likelihood: str):
-    pytest.skip(f"gene_likelihood={gene_likelihood!r} is scVI-only: SCTrilemma's likelihood is ZINB.")
+    """scVI's other likelihoods are not options: SCTrilemma's likelihood is always ZINB."""
+    adata = _synthetic()
+    SCTrilemma.setup_anndata(adata, donor_key="batch")
+    with pytest.raises(TypeError, match="gene_likelihood"):
+        _model(adata, gene_likelihood=gene_likelihood)
+    assert _model(adata).module.gene_likelihood == "zinb"
 
 
 def test_scvi():
