@@ -19,8 +19,10 @@ NOVELTY_NEIGHBORS = 15
 SHIFT_QUANTILE = 0.1
 # Classes labelling fewer query cells than this do not enter the query's shift.
 MIN_SHIFT_CELLS = 10
-# A cell is novel when its distance is this many times the query's own distance to the classes.
+# A cell is novel when its distance is this many times the query's own distance to the classes, or more where the
+# reference's own cells of its class spread further: their TAIL_QUANTILE over their SHIFT_QUANTILE.
 NOVELTY_FACTOR = 1.5
+TAIL_QUANTILE = 0.99
 
 
 @dataclass
@@ -46,6 +48,8 @@ class LabelClassifier:
         Per class, the median Mahalanobis distance of the reference's cells to their class centre.
     reference_shift
         The reference's own cells' distance as :meth:`predict` measures a query's, for scale.
+    class_factors
+        Per class, how many times the query's own distance a cell must lie from the class to be novel.
     labels_key
         The ``obs`` column the labels came from, if any.
     """
@@ -59,6 +63,7 @@ class LabelClassifier:
     precision: np.ndarray
     class_scales: np.ndarray
     reference_shift: float
+    class_factors: np.ndarray
     labels_key: str | None = None
 
     @classmethod
@@ -110,7 +115,8 @@ class LabelClassifier:
         centroids = np.stack([z[codes == k].mean(0) for k in range(classes.size)])
         precision = LedoitWolf().fit(z - centroids[codes]).precision_
         distance = _mahalanobis(z, centroids[codes], precision)
-        class_scales = np.array([np.median(distance[codes == k]) for k in range(classes.size)])
+        class_scales = np.maximum([np.median(distance[codes == k]) for k in range(classes.size)], 1e-12)
+        own = _neighbourhood_median(z, distance / class_scales[codes])  # as predict measures a query's cells
         return cls(
             classes=classes.astype(object),
             mean=mean,
@@ -119,8 +125,9 @@ class LabelClassifier:
             intercept=intercept,
             centroids=centroids,
             precision=precision,
-            class_scales=np.maximum(class_scales, 1e-12),
-            reference_shift=_query_shift(_neighbourhood_median(z, distance / class_scales[codes]), codes, classes.size),
+            class_scales=class_scales,
+            reference_shift=_query_shift(own, codes, classes.size),
+            class_factors=np.array([_class_factor(own[codes == k]) for k in range(classes.size)]),
             labels_key=labels_key,
         )
 
@@ -155,8 +162,10 @@ class LabelClassifier:
         15 nearest query cells, so that a group is judged, not a lone cell. The query's own distance (its shift:
         another chemistry or lab moves every class) is, per class, the lower tail (10 %) of the distances of the
         cells labelled with it, which are that class's own cells wherever the query has them; the median over
-        classes. A cell further than 1.5 times that is novel. A cell's label therefore depends on the query it
-        comes with; its embedding does not.
+        classes. A cell further than 1.5 times that is novel, or further than the reference's own cells of its
+        class spread (their 99th percentile over their 10th) where that is wider. A cell's label therefore depends
+        on the query it comes with; its embedding does not. A type the reference lacks is found only where the
+        embedding sets it apart from the known types.
 
         Parameters
         ----------
@@ -175,8 +184,8 @@ class LabelClassifier:
         Returns
         -------
         One row per cell: ``prediction`` (with ``unknown_label``), ``nearest_label`` (the classifier's label before
-        the unknown rules), ``probability``, ``uncertainty``, ``novelty_score`` (the cell's distance over 1.5 times
-        the query's own; above 1 is novel), ``is_novel`` and ``is_unknown``. ``attrs["query_shift"]`` is the query's
+        the unknown rules), ``probability``, ``uncertainty``, ``novelty_score`` (the cell's distance over the
+        novelty threshold of its class; above 1 is novel), ``is_novel`` and ``is_unknown``. ``attrs["query_shift"]`` is the query's
         own distance, relative to the reference's cells (about 1 for a query like the reference; larger for one
         measured differently).
         """
@@ -189,7 +198,7 @@ class LabelClassifier:
         distance = _mahalanobis(z, self.centroids[winner], self.precision) / self.class_scales[winner]
         ratio = _neighbourhood_median(z, distance)
         shift = _query_shift(ratio, winner, self.classes.size)
-        score = ratio / (NOVELTY_FACTOR * shift)
+        score = ratio / (self.class_factors[winner] * shift)
         is_novel = (score > 1.0) if novelty else np.zeros(winner.size, dtype=bool)
         is_unknown = (1.0 - probability > max_uncertainty) | is_novel
         nearest = self.classes[winner]
@@ -232,6 +241,12 @@ class LabelClassifier:
             if k not in scalars
         }
         return cls(**arrays, **scalars)
+
+
+def _class_factor(own: np.ndarray) -> float:
+    """``NOVELTY_FACTOR``, or the spread of a class's own reference cells where it is wider."""
+    tail = np.quantile(own, TAIL_QUANTILE) / max(np.quantile(own, SHIFT_QUANTILE), 1e-12)
+    return float(max(NOVELTY_FACTOR, tail))
 
 
 def _query_shift(ratio: np.ndarray, winner: np.ndarray, n_classes: int) -> float:
