@@ -145,6 +145,7 @@ def _dataset_of(donor: str) -> str:
     return "kang2018-ctrl-a" if donor in ("1015", "1016", "1244") else "kang2018-ctrl-b"
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch and scvi-tools
 def test_census_import_sctrilemma_does_not_import_tiledbsoma():
     code = (
         "import sys, sctrilemma; sctrilemma.SCTrilemma, sctrilemma.data, sctrilemma.benchmark; "

@@ -10,6 +10,9 @@ from scipy.stats import spearmanr
 
 from sctrilemma import SCTrilemma
 
+# the module trains one model for 200 steps and runs DE on it several times: about a minute on 2 cores
+pytestmark = pytest.mark.slow
+
 MONOCYTES, T_CELLS = "CD14+ Monocytes", "CD4 T cells"
 UP = ("LYZ", "S100A8", "S100A9")
 DOWN = ("CD3D", "IL7R")

@@ -65,6 +65,7 @@ def test_eval_embedding_is_deterministic(small_adata, tiny):
     np.testing.assert_array_equal(model.get_latent_representation(), model.get_latent_representation())
 
 
+@pytest.mark.slow  # 20 epochs
 def test_loss_decreases_with_training(small_adata, tiny):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     model = SCTrilemma(small_adata, **tiny, prior="normal", preset="paper")

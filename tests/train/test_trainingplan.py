@@ -130,6 +130,7 @@ def test_warmups_are_capped_in_steps_whatever_the_planned_total():
     assert planned_warmup(0.05, 50, math.inf) == 50
 
 
+@pytest.mark.slow  # trains for 20 s of wall clock
 def test_a_max_time_run_leaves_its_warmups(small_adata, tiny):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     model = SCTrilemma(small_adata, preset="small", **tiny)

@@ -256,6 +256,7 @@ def test_backed_anndata_scvi(save_path):
     model.get_elbo()
 
 
+@pytest.mark.slow  # up to 100 epochs
 def test_early_stopping():
     n_epochs = 100
     adata = _synthetic()
