@@ -449,3 +449,32 @@ def test_inplace_subset_query_vars(reference: SCTrilemma, base: ad.AnnData, meas
     by_symbol = model.get_normalized_expression(indices=np.arange(3), gene_list=[symbol])
     by_id = model.get_normalized_expression(indices=np.arange(3), gene_list=[reference.gene_names_[0]])
     np.testing.assert_allclose(by_symbol.to_numpy(), by_id.to_numpy())
+
+
+@pytest.mark.parametrize("problem", ["mouse_ids", "mouse_symbols", "no_shared_genes", "duplicated_genes", "no_counts"])
+def test_bad_queries_are_refused_before_any_work(reference_dir: Path, base: ad.AnnData, problem: str) -> None:
+    """Each with a message naming the problem and the fix; the query and the reference's files are unchanged."""
+    names = base.var_names.to_numpy().astype(object)
+    counts = base.X.copy()
+    if problem == "mouse_ids":
+        names = np.asarray([f"ENSMUSG{n:011d}" for n in range(names.size)], dtype=object)
+        expected = "another species"
+    elif problem == "mouse_symbols":
+        names = np.asarray([f"Gm{n}" if n % 3 else f"Cd{n}a" for n in range(names.size)], dtype=object)
+        expected = "mouse symbols"
+    elif problem == "no_shared_genes":
+        names = np.asarray([f"ENSG5{n:010d}" for n in range(names.size)], dtype=object)
+        expected = r"holds only 0 of the model's .*`min_overlap`"
+    elif problem == "duplicated_genes":
+        names[3] = names[2]
+        expected = r"duplicated gene names .*var_names_make_unique"
+    else:
+        counts = sp.csr_matrix(counts.shape, dtype=counts.dtype)
+        expected = "no counts"
+    query = ad.AnnData(X=counts, obs=base.obs.copy(), var=pd.DataFrame(index=pd.Index(names)))
+    before = _snapshot(query)
+    files = {path.name: path.read_bytes() for path in reference_dir.iterdir()}
+    with pytest.raises(ValueError, match=expected):
+        SCTrilemma.load_query_data(query, reference_dir)
+    _assert_unchanged(query, before)
+    assert {path.name: path.read_bytes() for path in reference_dir.iterdir()} == files
