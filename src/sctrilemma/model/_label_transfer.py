@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -108,7 +109,9 @@ class LabelClassifier:
         mean, scale = x.mean(0), np.maximum(x.std(0), 1e-8)
         z = (x - mean) / scale
         folds = StratifiedKFold(n_splits=int(min(5, counts.min())), shuffle=True, random_state=seed)
-        regression = LogisticRegressionCV(Cs=8, cv=folds, scoring="neg_log_loss", max_iter=2000).fit(z, codes)
+        with warnings.catch_warnings():  # scikit-learn 1.8 announces new defaults for arguments not used here
+            warnings.simplefilter("ignore", FutureWarning)
+            regression = LogisticRegressionCV(Cs=8, cv=folds, scoring="neg_log_loss", max_iter=2000).fit(z, codes)
         coef, intercept = regression.coef_, regression.intercept_
         if classes.size == 2:  # one logit for the second class: the same probabilities as two opposite halves
             coef, intercept = np.concatenate([-coef, coef]) / 2, np.concatenate([-intercept, intercept]) / 2
