@@ -12,7 +12,8 @@ Each reference is trained three ways on the same cells: SCTrilemma (small preset
 seconds of wall clock (``max_time``), then queried by ``load_query_data`` with no training; and a PCA of the
 reference's log1p-CP10K highly variable genes, onto which the query is projected. Scores: k-means NMI and ARI, 15-NN
 cross-donor cell-type accuracy and BRAS over the two query donors, and (references with Kang cells) the accuracy
-of the reference's cell types transferred by the same weighted 15-NN vote for every method.
+of the reference's cell types transferred by the same classifier on every method's embedding
+(:class:`sctrilemma.model.LabelClassifier`).
 Where the reference holds several studies, ``study_mixing`` is the mean fraction of a reference cell's 15 nearest
 neighbours (in the reference's own embedding) that come from another study. ``--methods sctrilemma_all_genes`` is the
 ablation in which every gene counts as measured in every study; ``--model-kwargs JSON`` passes SCTrilemma options (a
@@ -44,7 +45,7 @@ import torch
 from sctrilemma import SCTrilemma
 from sctrilemma._normalize import log1p_cp10k
 from sctrilemma.model import _model as model_module
-from sctrilemma.model import transfer_labels
+from sctrilemma.model import LabelClassifier
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 from train_blood_reference import (
@@ -138,9 +139,9 @@ def pca_zero_shot(reference: ad.AnnData, query: ad.AnnData, seed: int) -> tuple[
 
 
 def transfer_accuracy(reference_embedding: np.ndarray, reference: ad.AnnData, embedding: np.ndarray, query) -> dict:
-    """Accuracy of the reference's Kang cell types transferred to the query (weighted 15-NN vote, with unknowns)."""
-    result = transfer_labels(reference_embedding, reference.obs["cell_type"].to_numpy(), embedding)
-    return label_transfer_figures(result, query)
+    """Accuracy of the reference's Kang cell types transferred to the query (the package's classifier, with unknowns)."""
+    classifier = LabelClassifier.fit(reference_embedding, reference.obs["cell_type"].to_numpy())
+    return label_transfer_figures(classifier.predict(embedding), query)
 
 
 def other_study_shares(embedding: np.ndarray, studies: np.ndarray, n_neighbors: int = 15) -> np.ndarray:
