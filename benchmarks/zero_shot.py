@@ -44,8 +44,8 @@ import torch
 
 from sctrilemma import SCTrilemma
 from sctrilemma._normalize import log1p_cp10k
-from sctrilemma.model import _model as model_module
 from sctrilemma.model import LabelClassifier
+from sctrilemma.model import _model as model_module
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 from train_blood_reference import (
