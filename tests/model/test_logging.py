@@ -36,3 +36,16 @@ def test_a_run_ended_by_max_steps_shows_its_last_epoch(small_adata, tiny, capsys
     assert "Epoch 2/2" in bar.out + bar.err
     assert "Epoch 3" not in bar.out + bar.err
     assert model.trainer.global_step == 7
+
+
+def test_a_time_budget_shows_seconds_not_epochs(small_adata, tiny, capsys):
+    """Under ``max_time`` the bar counts the budget's seconds; ``max_epochs`` is only an upper bound."""
+    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
+    model.train(max_epochs=10_000, max_time={"seconds": 3}, batch_size=100)
+    bar = capsys.readouterr()
+    shown = bar.out + bar.err
+    assert "/10000" not in shown
+    assert "3/3 [" in shown  # the budget's seconds, all spent
+    assert "Epoch 1, seconds" in shown
+    assert model.trainer.current_epoch < 10_000

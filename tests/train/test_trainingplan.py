@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import math
 from datetime import timedelta
 
@@ -327,12 +328,19 @@ def test_early_stopping_is_added_unless_the_user_chose():
     assert early_stopping_kwargs("paper", {}, has_validation_cells=True) == {}  # the paper trains a fixed length
 
 
-def test_small_preset_stops_when_the_validation_reconstruction_stops_improving(small_adata, tiny, monkeypatch):
+def test_small_preset_stops_when_the_validation_reconstruction_stops_improving(small_adata, tiny, monkeypatch, caplog):
     monkeypatch.setitem(_presets.EARLY_STOPPING_PATIENCE, "small", 1)
     SCTrilemma.setup_anndata(small_adata)
     model = SCTrilemma(small_adata, preset="small", **tiny, prior="normal", posterior_logvar_init=2.0)
     # At a learning rate this high the validation loss stops improving within a few epochs.
-    model.train(max_epochs=40, batch_size=100, plan_kwargs={"lr": 1.0}, enable_progress_bar=False)
+    with caplog.at_level(logging.INFO):
+        model.train(max_epochs=40, batch_size=100, plan_kwargs={"lr": 1.0}, enable_progress_bar=False)
+    said = [r.getMessage() for r in caplog.records]
+    stops = [m for m in said if m.startswith("Early stopping ended training")]
+    assert len(stops) == 1, said  # one line, saying why and how to train on
+    assert "had not improved for 1 epochs" in stops[0]
+    assert "`early_stopping=False`" in stops[0]
+    assert sum(m.startswith("Training ended with the moving average") for m in said) == 1
     (stopper,) = _early_stopping(model.trainer.callbacks)
     assert stopper.monitor == "reconstruction_loss_validation"
     assert 0 < stopper.stopped_epoch < 39  # Lightning records the epoch at which it stopped the run

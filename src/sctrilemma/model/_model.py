@@ -34,6 +34,7 @@ from sctrilemma.model._presets import (
     TRAINING_DEFAULTS,
     choose_preset,
     early_stopping_kwargs,
+    progress_bar_kwargs,
     recipe_trainer_kwargs,
     resolve_preset,
     training_length,
@@ -439,6 +440,7 @@ class SCTrilemma(
             trainer_kwargs["max_steps"] = max_steps
         trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
         trainer_kwargs = early_stopping_kwargs(self._preset, trainer_kwargs, np.asarray(splits[1]).size > 0)
+        trainer_kwargs = progress_bar_kwargs(trainer_kwargs)
         trainer_kwargs.setdefault("log_every_n_steps", min(LOG_EVERY_N_STEPS, steps_per_epoch))
         super().train(
             max_epochs=max_epochs,

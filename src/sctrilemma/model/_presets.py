@@ -7,10 +7,11 @@ import warnings
 from typing import Literal
 
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, WeightAveraging
+from lightning.pytorch.callbacks import WeightAveraging
 from scvi import settings
 from scvi.model._utils import get_max_epochs_heuristic
 
+from sctrilemma.train._progress import ReportedEarlyStopping, TimeBudgetProgressBar
 from sctrilemma.train._threads import CpuThreadTuner, user_chose_threads
 from sctrilemma.train._weight_averaging import ExponentialWeightAverage
 
@@ -105,13 +106,13 @@ def early_stopping_kwargs(preset: str, trainer_kwargs: dict, has_validation_cell
     """``trainer_kwargs`` with the preset's early stopping, unless the user chose (``early_stopping=True/False``).
 
     The stop is Lightning's :class:`~lightning.pytorch.callbacks.EarlyStopping`, with the validation cells scored
-    every epoch. Unlike ``early_stopping=True`` (scvi-tools' callback), it does not fail a run that ends before its
+    every epoch; it logs one line when it ends training. Unlike ``early_stopping=True`` (scvi-tools' callback), it does not fail a run that ends before its
     first validation, such as a ``max_steps`` shorter than an epoch: such a run trains its full length.
     """
     patience = EARLY_STOPPING_PATIENCE[preset]
     if patience is None or not has_validation_cells or "early_stopping" in trainer_kwargs:
         return trainer_kwargs
-    stop = EarlyStopping(monitor=EARLY_STOPPING_MONITOR, patience=patience, mode="min", strict=False)
+    stop = ReportedEarlyStopping(monitor=EARLY_STOPPING_MONITOR, patience=patience, mode="min", strict=False)
     return {
         **trainer_kwargs,
         "callbacks": [*(trainer_kwargs.get("callbacks") or []), stop],
@@ -157,6 +158,20 @@ def training_length(
     if DEFAULT_STEPS[preset] is not None:
         return None, max(DEFAULT_STEPS[preset], steps_per_epoch)
     return get_max_epochs_heuristic(n_obs, epochs_cap=DEFAULT_EPOCHS_CAP), None
+
+
+def progress_bar_kwargs(trainer_kwargs: dict) -> dict:
+    """``trainer_kwargs`` with a progress bar of seconds under ``max_time``, in place of scvi-tools' bar of epochs.
+
+    The bar is :class:`~sctrilemma.train.TimeBudgetProgressBar`; a user who asked for Lightning's own bar
+    (``simple_progress_bar=False``) or none keeps it.
+    """
+    if trainer_kwargs.get("max_time") is None or not trainer_kwargs.get("enable_progress_bar", True):
+        return trainer_kwargs
+    if trainer_kwargs.get("simple_progress_bar") is False:  # the user chose Lightning's own bar
+        return trainer_kwargs
+    callbacks = [*(trainer_kwargs.get("callbacks") or []), TimeBudgetProgressBar()]
+    return {**trainer_kwargs, "simple_progress_bar": False, "callbacks": callbacks}
 
 
 def recipe_trainer_kwargs(trainer_kwargs: dict, uses_cuda: bool) -> dict:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lightning.pytorch.callbacks import WeightAveraging
+from lightning.pytorch.utilities import rank_zero_info
 
 if TYPE_CHECKING:
+    import lightning.pytorch as pl
     import torch
 
 
@@ -40,3 +42,11 @@ class ExponentialWeightAverage(WeightAveraging):
                 average.lerp_(value, weight)
             else:
                 average.copy_(value)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Copy the average into the model, and say so in one line."""
+        super().on_train_end(trainer, pl_module)
+        rank_zero_info(
+            f"Training ended with the moving average of the weights over about the last {round(1 / (1 - self.decay))} "
+            "steps, not the last step's weights (`weight_averaging=False` keeps those)."
+        )
