@@ -123,7 +123,6 @@ def test_z_is_stochastic_in_train_mode(small_adata: ad.AnnData, tiny: dict) -> N
     assert not torch.equal(c["crop"].genes, d["crop"].genes)
 
 
-@pytest.mark.slow  # 200 optimiser steps
 def test_loss_is_finite_and_decreases(small_adata: ad.AnnData, tiny: dict) -> None:
     torch.manual_seed(0)
     sizes = {**tiny, "crop_size": 128}
