@@ -158,7 +158,7 @@ def test_help_lists_every_command_with_defaults(capsys):
     assert all(f"    {command} " in top for command in COMMANDS)
     expected = {
         "train": [
-            "(default: paper with a CUDA GPU, small without, as in SCTrilemma(adata))",
+            "(default: small on every machine, as in SCTrilemma(adata); paper is the published model)",
             "(default: the preset's, 64 for small and 256 for paper)",
             "scVI's heuristic",
             "--overwrite",

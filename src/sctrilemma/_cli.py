@@ -250,7 +250,7 @@ def _train(args: argparse.Namespace) -> None:
         model = SCTrilemma.from_pretrained(adata, pretrained, layer=args.layer, **keys)
     else:
         SCTrilemma.setup_anndata(adata, layer=args.layer, donor_key=args.donor_key, dataset_key=args.dataset_key)
-        model = SCTrilemma(adata, preset=args.preset)
+        model = SCTrilemma(adata) if args.preset is None else SCTrilemma(adata, preset=args.preset)
     max_epochs = args.max_epochs
     time_budget = {}
     if args.max_time is not None:
@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset",
         default=None,
         choices=["small", "paper"],
-        help="model size (default: paper with a CUDA GPU, small without, as in SCTrilemma(adata))",
+        help="model size (default: small on every machine, as in SCTrilemma(adata); paper is the published model)",
     )
     train.add_argument(
         "--pretrained",

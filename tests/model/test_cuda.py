@@ -23,7 +23,7 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @pytest.fixture
 def trained_on_cuda(small_adata, tiny) -> SCTrilemma:
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, **tiny)
+    model = SCTrilemma(small_adata, **tiny, preset="paper")
     model.train(max_steps=30, batch_size=64, accelerator="gpu", devices=1, enable_progress_bar=False)
     return model
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
@@ -12,25 +10,19 @@ from sctrilemma.model import _memory
 from sctrilemma.model._memory import optimizer_bytes, training_bytes_per_cell
 
 
-def test_without_a_gpu_the_default_preset_is_small_and_says_so(small_adata, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+@pytest.mark.parametrize("cuda", [False, True])
+def test_the_default_preset_is_small_whether_or_not_a_gpu_is_visible(small_adata, monkeypatch, recwarn, cuda):
+    """The device chooses precision and kernels, never the model: the same configuration with and without CUDA."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    with pytest.warns(UserWarning, match="No CUDA GPU: using preset='small'"):
-        model = SCTrilemma(small_adata)
+    model = SCTrilemma(small_adata)
     assert model._preset == "small"
     assert model.module.n_hidden == 64
-    assert model.init_params_["non_kwargs"]["preset"] == "small"  # saved models keep the resolved preset
-
-
-def test_with_a_gpu_the_default_preset_is_the_papers(small_adata, monkeypatch, caplog):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    with caplog.at_level(logging.INFO, logger="sctrilemma.model._presets"):
-        model = SCTrilemma(small_adata)
-    assert model._preset == "paper"
-    assert model.module.n_hidden == 512
-    assert "preset='paper'" in caplog.text
-    assert model.init_params_["non_kwargs"]["preset"] == "paper"
+    assert model.init_params_["non_kwargs"]["preset"] == "small"  # saved models keep the preset
+    assert not [w for w in recwarn if "preset" in str(w.message)]
+    explicit = SCTrilemma(small_adata, preset="small")
+    assert model.init_params_ == explicit.init_params_
+    assert sum(p.numel() for p in model.module.parameters()) == sum(p.numel() for p in explicit.module.parameters())
 
 
 def test_explicit_preset_is_kept_without_a_gpu(small_adata, monkeypatch):

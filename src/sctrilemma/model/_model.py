@@ -32,7 +32,6 @@ from sctrilemma.model._presets import (
     BATCH_SIZES,
     PRESETS,
     TRAINING_DEFAULTS,
-    choose_preset,
     early_stopping_kwargs,
     progress_bar_kwargs,
     recipe_trainer_kwargs,
@@ -96,8 +95,8 @@ class SCTrilemma(
         Registry of a saved model; used by :meth:`load` to build a model without data.
     preset
         ``"paper"`` (the paper's sizes and recipe) or ``"small"`` (CPU-sized); the size arguments below override
-        it, as does any other preset setting given as a keyword argument (``encoder_genes=None`` included). By
-        default ``"paper"`` where a CUDA GPU is available and ``"small"`` elsewhere (with a warning).
+        it, as does any other preset setting given as a keyword argument (``encoder_genes=None`` included). The
+        default is ``"small"`` on every machine; the device chooses precision and kernels, never the model.
     n_hidden
         Token width ``d``.
     n_latent_tokens
@@ -147,7 +146,7 @@ class SCTrilemma(
         self,
         adata: AnnData | MuData | None = None,
         registry: dict | None = None,
-        preset: Preset | None = None,
+        preset: Preset = "small",
         n_hidden: int | None = None,
         n_latent_tokens: int | None = None,
         crop_size: int | None = None,
@@ -166,7 +165,6 @@ class SCTrilemma(
         super().__init__(adata, registry)
         if prior not in ("pseudobulk", "normal", "shuffled"):
             raise ValueError(f"`prior` must be 'pseudobulk', 'normal' or 'shuffled', got {prior!r}.")
-        preset = choose_preset(preset)
         # preset settings passed as module keyword arguments override the preset too, ``None`` included
         given = {key: module_kwargs.pop(key) for key in list(module_kwargs) if key in PRESETS.get(preset, {})}
         named = {

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-import warnings
 from typing import Literal
 
 import torch
 from lightning.pytorch.callbacks import WeightAveraging
-from scvi import settings
 from scvi.model._utils import get_max_epochs_heuristic
 
 from sctrilemma.train._progress import ReportedEarlyStopping, TimeBudgetProgressBar
@@ -17,7 +14,6 @@ from sctrilemma.train._weight_averaging import ExponentialWeightAverage
 
 Preset = Literal["paper", "small"]
 
-logger = logging.getLogger(__name__)
 
 PRESETS: dict[str, dict[str, int | float | str | None]] = {
     # The paper's configuration (Appendix B, Table "Architecture settings").
@@ -196,25 +192,3 @@ def resolve_preset(preset: str, overrides: dict[str, int | float | None]) -> dic
     if preset not in PRESETS:
         raise ValueError(f"`preset` must be one of {sorted(PRESETS)}, got {preset!r}.")
     return {**PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}}
-
-
-def choose_preset(preset: str | None) -> str:
-    """``preset``, or without one the preset this machine can train: ``"paper"`` with a CUDA GPU, else ``"small"``.
-
-    Choosing ``"small"`` warns, since it departs from the published model.
-
-    The paper's model at its batch of 256 needs far more memory than a CPU machine has (about 0.5 GiB per cell of
-    2,511 genes, ``benchmarks/training_memory.py``); the small preset trains there in minutes.
-    """
-    if preset is not None:
-        return preset
-    if torch.cuda.is_available():
-        logger.info("Using preset='paper' (the published model): a CUDA GPU is available.")
-        return "paper"
-    warnings.warn(
-        "No CUDA GPU: using preset='small', sized for CPUs; the paper's model (preset='paper') is sized for GPUs. "
-        "Pass `preset=` to choose and silence this.",
-        UserWarning,
-        stacklevel=settings.warnings_stacklevel,
-    )
-    return "small"
