@@ -18,8 +18,8 @@ zero-shot, labels them with the classifier fitted on the reference donors' cell 
 scvi-hub's metadata, the model card and ``metrics.json`` to ``--out``.
 
 Usage: ``python scripts/train_blood_reference.py [--data-dir ../shared/data] [--out blood_reference] [--seed 0]
-[--genes union|shared]`` (training took 319-352 s over the union of 21,893 genes and 211 s over the 2,349 shared
-ones, on one thread of a 2.1 GHz Xeon with another training beside it).
+[--genes union|shared] [--classifier-only] [--label-transfer-summary PATH]`` (training takes about 5 minutes over the
+union of 21,893 genes and 3.5 over the 2,349 shared ones on one CPU thread).
 """
 
 from __future__ import annotations
@@ -48,10 +48,9 @@ OBS_COLUMNS = ["study", "donor", "chemistry", "condition", "cell_type"]
 QUERY_STUDY = "Kang2018"
 REFERENCE_CELLS_FILE = "reference_cells.h5ad"
 # The model's options per gene rule: on the union a query of one study measures a small part of the genes
-# (Kang's 2,511 of 21,893), which the preset's encoder was not trained for (benchmarks/results/zero_shot/summary.md).
-# Over the 2,349 shared genes the gene embeddings start from the data, as the preset starts them above 3,000 genes:
-# in 1,200 steps the reference sees each of its 12,457 cells about six times, where that start pays
-# (benchmarks/results/quality/NOTES.md, forty-third round).
+# (Kang's 2,511 of 21,893), which the preset's encoder was not trained for (benchmarks/zero_shot.py). Over the 2,349
+# shared genes the gene embeddings start from the data, as the preset starts them above 3,000 genes: in 1,200 steps
+# the reference sees each of its 12,457 cells about six times, where that start pays.
 MODEL_OPTIONS: dict[str, dict] = {
     "union": {"encoder_genes": None, "gene_panel_min_fraction": 0.1},
     "shared": {"gene_embedding_init": "pca"},

@@ -30,7 +30,7 @@ TAIL_QUANTILE = 0.99
 class LabelClassifier:
     """A multinomial logistic regression on the embedding, with what it needs to call cells unknown.
 
-    Fitted by :meth:`fit` on the labelled reference cells' embedding and stored with a saved model, so that it
+    Fitted by :meth:`~sctrilemma.model.LabelClassifier.fit` on the labelled reference cells' embedding and stored with a saved model, so that it
     labels a query without the reference's cells.
 
     Attributes
@@ -48,7 +48,7 @@ class LabelClassifier:
     class_scales
         Per class, the median Mahalanobis distance of the reference's cells to their class centre.
     reference_shift
-        The reference's own cells' distance as :meth:`predict` measures a query's, for scale.
+        The reference's own cells' distance as :meth:`~sctrilemma.model.LabelClassifier.predict` measures a query's, for scale.
     class_factors
         Per class, how many times the query's own distance a cell must lie from the class to be novel.
     labels_key
@@ -140,7 +140,7 @@ class LabelClassifier:
         return int(self.mean.size)
 
     def predict_proba(self, embedding: ArrayLike) -> np.ndarray:
-        """Class probabilities ``(n_cells, n_classes)``, in the order of :attr:`classes`."""
+        """Class probabilities ``(n_cells, n_classes)``, in the order of ``classes``."""
         z = self._standardised(embedding)
         logits = z @ self.coef.T + self.intercept
         logits -= logits.max(1, keepdims=True)
@@ -236,7 +236,7 @@ class LabelClassifier:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> LabelClassifier:
-        """The classifier :meth:`to_dict` wrote."""
+        """The classifier :meth:`~sctrilemma.model.LabelClassifier.to_dict` wrote."""
         scalars = {"reference_shift": float(values["reference_shift"]), "labels_key": values.get("labels_key")}
         arrays = {
             k: np.asarray(v, dtype=object if k == "classes" else np.float64)
@@ -294,8 +294,8 @@ class LabelTransferMixin:
     ) -> LabelClassifier:
         """Fit the label classifier on labelled cells' embedding and keep it with the model.
 
-        The classifier (:class:`~sctrilemma.model.LabelClassifier`) is saved by :meth:`save` and carried into every
-        query model of :meth:`load_query_data`, whose :meth:`predict_labels` then labels the query without the
+        The classifier (:class:`~sctrilemma.model.LabelClassifier`) is saved by :meth:`~sctrilemma.SCTrilemma.save` and carried into every
+        query model of :meth:`~sctrilemma.SCTrilemma.load_query_data`, whose :meth:`~sctrilemma.SCTrilemma.predict_labels` then labels the query without the
         reference's cells. Cells whose label is missing are left out.
 
         Parameters
@@ -339,7 +339,7 @@ class LabelTransferMixin:
         Parameters
         ----------
         adata
-            Cells to label; the model's data by default (a query of :meth:`load_query_data`).
+            Cells to label; the model's data by default (a query of :meth:`~sctrilemma.SCTrilemma.load_query_data`).
         max_uncertainty
             Cells whose uncertainty (one minus the largest class probability) exceeds this are unknown.
         novelty
@@ -357,7 +357,7 @@ class LabelTransferMixin:
         Raises
         ------
         ValueError
-            If the model has no label classifier (fit one with :meth:`fit_label_classifier`).
+            If the model has no label classifier (fit one with :meth:`~sctrilemma.SCTrilemma.fit_label_classifier`).
         """
         if self.label_classifier_ is None:
             raise ValueError(

@@ -449,6 +449,7 @@ class SCTrilemma(
             plan_kwargs=plan_kwargs,
             **trainer_kwargs,
         )
+        self._fix_embedding_centres(self.adata, keep=False)
 
     # ------------------------------------------------------------------ outputs
     def get_latent_representation(
@@ -464,9 +465,10 @@ class SCTrilemma(
         """Cell embeddings ``r`` (mean over ``K`` of the posterior mean tokens), ``(n_obs, n_hidden)``.
 
         Encoder only: it reads each cell's top-``crop_size`` expressed genes, at one depth in the small preset, which
-        also reports ``r`` minus the PB-Cond prior mean of the cell's dataset (``embedding_centred_on_prior``): the
-        mean over the dataset's cells in ``adata`` of their dataset-donor group's prior mean. Embed a dataset's cells
-        together; within a dataset, distances are those of ``r``.
+        also reports ``r`` minus its dataset's centre (``embedding_centred_on_prior``): the mean PB-Cond prior mean of
+        the dataset's cells, fixed when the model was trained or, for a query's datasets, when it was mapped. A cell's
+        embedding depends on that cell alone: a subset, or cells one by one, give the rows of all cells together.
+        Within a dataset, distances are those of ``r``.
         ``return_dist=True`` returns the mean and variance of the pooled posterior (see
         :meth:`~sctrilemma.module.SCTrilemmaModule.pooled_posterior`). In evaluation mode ``z``
         is the posterior mean, so ``give_mean=False`` gives the same embedding.

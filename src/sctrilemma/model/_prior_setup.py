@@ -119,6 +119,10 @@ class PriorSetupMixin:
         tensors = {key: torch.as_tensor(np.asarray(manager.get_from_registry(key)).ravel()) for key in keys}
         return self.module.prior.group_codes_for(tensors).cpu().numpy()
 
+    # Per dataset name, what its cells' embedding is reported relative to; fixed when the model is trained and, for a
+    # query's datasets, when it is mapped (saved with the model).
+    embedding_centres_: dict[str, list[float]] | None = None
+
     def _centres_embedding(self) -> bool:
         """Whether the embedding is reported relative to the PB-Cond prior mean of each cell's dataset."""
         return self.module.embedding_centred_on_prior and self.module.prior is not None
@@ -133,6 +137,34 @@ class PriorSetupMixin:
             dataset_means = prior.dataset_means().float()
         return lambda tensors: dataset_means[prior.group_rows_for(tensors)]
 
+    def _fix_embedding_centres(self, adata: AnnData | None, keep: bool) -> None:
+        """Record each dataset's centre, the mean prior mean of its cells in ``adata``, as the embedding's origin.
+
+        ``keep`` keeps the centres already recorded (a query mapped onto a reference adds its own datasets);
+        otherwise (training) they are recorded anew.
+        """
+        if not self._centres_embedding():
+            return
+        self._prepare_prior(adata)
+        manager = self.get_anndata_manager(self._validate_anndata(adata), required=True)
+        names = manager.get_state_registry(SCT_REGISTRY_KEYS.DATASET_KEY).categorical_mapping
+        prior = self.module.prior
+        with torch.no_grad():
+            means = prior.dataset_means().float().cpu().numpy()
+        datasets = (prior.group_keys // prior.group_key_stride).cpu().numpy()
+        centres = dict(self.embedding_centres_ or {}) if keep else {}
+        for code, row in zip(*np.unique(datasets, return_index=True), strict=True):
+            centres.setdefault(str(names[code]), [float(v) for v in means[row]])
+        self.embedding_centres_ = centres
+
+    def _recorded_centres(self, manager: AnnDataManager) -> np.ndarray | None:
+        """The recorded centres ``(n_datasets, d)`` of ``manager``'s dataset categories, or ``None`` if one lacks."""
+        names = manager.get_state_registry(SCT_REGISTRY_KEYS.DATASET_KEY).categorical_mapping
+        recorded = self.embedding_centres_ or {}
+        if not all(str(name) in recorded for name in names):
+            return None
+        return np.asarray([recorded[str(name)] for name in names], dtype=np.float32)
+
     def _centred_on_prior(
         self,
         get_latent: Callable[..., Any],
@@ -142,15 +174,26 @@ class PriorSetupMixin:
         dataloader: Iterable[dict[str, torch.Tensor]] | None,
         **kwargs: Any,
     ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        """``get_latent``'s embedding, minus the mean prior mean of each cell's dataset where the module centres it.
+        """``get_latent``'s embedding, minus the centre of each cell's dataset where the module centres it.
 
-        The dataset's mean weighs its dataset-donor groups by their cells in ``adata`` (for a ``dataloader``, in the
-        data whose codes were set last), so a subset of cells (``indices``) is embedded as within all of them.
+        A dataset's centre is the one recorded when the model was trained or the query mapped, so a cell's embedding
+        does not depend on the other cells passed with it. For a dataset without one (data registered later, or a
+        model saved before centres were recorded), it is the mean prior mean over the dataset's cells in ``adata``
+        (for a ``dataloader``, in the data whose codes were set last).
         """
         if not self._centres_embedding():
             return get_latent(adata=adata, indices=indices, batch_size=batch_size, dataloader=dataloader, **kwargs)
         self._check_if_trained(warn=False)
         if dataloader is None:
+            manager = self.get_anndata_manager(adata, required=True)
+            centres = self._recorded_centres(manager)
+            if centres is not None:
+                latent = get_latent(adata=adata, indices=indices, batch_size=batch_size, **kwargs)
+                dataset = np.asarray(manager.get_from_registry(SCT_REGISTRY_KEYS.DATASET_KEY)).ravel().astype(int)
+                shift = centres[dataset if indices is None else dataset[np.asarray(indices)]]
+                if isinstance(latent, tuple):  # return_dist: the mean moves, the variance does not
+                    return latent[0] - shift, latent[1]
+                return latent - shift
             self._prepare_prior(adata)
             dataloader = self._make_data_loader(adata=adata, indices=indices, batch_size=batch_size)
         shift_of = self._embedding_shifts()

@@ -141,8 +141,8 @@ def warn_if_few_encoder_genes(encoder_reads: np.ndarray, query: ad.AnnData, gene
 
     ``encoder_reads`` ``(n_reference_genes,)`` is the reference's ``encoder_gene_mask`` (its most variable genes, or
     every gene). The encoder embeds a query from the genes it reads that the query measured; reading the query's
-    other genes instead does not help, since the encoder was trained on its own
-    (``benchmarks/results/zero_shot/summary.md``). A reference trained with genes hidden from its encoder
+    other genes instead does not help, since the encoder was trained on its own (``benchmarks/zero_shot.py``). A
+    reference trained with genes hidden from its encoder
     (``gene_panel_min_fraction`` below 1) learnt to embed cells from part of its genes, and is not warned about.
     """
     if gene_panel_min_fraction < 1.0 or MEASURED_COLUMN not in query.var:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-REFERENCE_ATTRIBUTES = ("prior_", "is_trained_")
+REFERENCE_ATTRIBUTES = ("prior_", "is_trained_", "embedding_centres_")
 SPLIT_ATTRIBUTES = ("train_indices", "validation_indices", "test_indices")
 
 
@@ -391,19 +391,20 @@ class ReferenceMixin:
         _, _, torch_device = parse_device_args(accelerator=accelerator, devices=device, return_device="torch")
         model.to_device(torch_device)
         model.adata = adata
+        model._fix_embedding_centres(adata, keep=True)  # the query's datasets are fixed as mapped
         _freeze_for_query(model.module, unfrozen, freeze_expression, freeze_dropout, freeze_batchnorm_encoder)
         return model
 
     @classmethod
     def from_pretrained(cls, adata: ad.AnnData, reference_model, **prepare_kwargs):
-        """A model of your own data that starts from a pretrained reference's weights: call :meth:`train` next.
+        """A model of your own data that starts from a pretrained reference's weights: call :meth:`~sctrilemma.SCTrilemma.train` next.
 
         The path for a study of your own, e.g. blood with :func:`sctrilemma.data.blood_reference_dir`: ``adata``
-        is mapped into the reference's genes as in :meth:`load_query_data` (``adata`` itself is not modified) and
-        every weight is trainable, so that a few minutes of :meth:`train` fit the reference to your cells. It is
+        is mapped into the reference's genes as in :meth:`~sctrilemma.SCTrilemma.load_query_data` (``adata`` itself is not modified) and
+        every weight is trainable, so that a few minutes of :meth:`~sctrilemma.SCTrilemma.train` fit the reference to your cells. It is
         ``load_query_data(adata, reference_model, unfrozen=True)`` without the reference's label classifier:
         training moves the embedding the classifier was fitted on, so transfer labels with the zero-shot model
-        (:meth:`load_query_data`, :meth:`predict_labels`) or fit a classifier anew (:meth:`fit_label_classifier`).
+        (:meth:`~sctrilemma.SCTrilemma.load_query_data`, :meth:`~sctrilemma.SCTrilemma.predict_labels`) or fit a classifier anew (:meth:`~sctrilemma.SCTrilemma.fit_label_classifier`).
 
         Parameters
         ----------
@@ -412,11 +413,11 @@ class ReferenceMixin:
         reference_model
             A trained model (left unchanged) or the directory of a saved reference.
         **prepare_kwargs
-            Passed to :meth:`prepare_query_anndata` (``layer``, ``donor_key``, ``dataset_key``, ``min_overlap``).
+            Passed to :meth:`~sctrilemma.SCTrilemma.prepare_query_anndata` (``layer``, ``donor_key``, ``dataset_key``, ``min_overlap``).
 
         Returns
         -------
-        The model with the mapped data attached, ready for :meth:`train` (e.g. ``model.train(max_epochs=10_000,
+        The model with the mapped data attached, ready for :meth:`~sctrilemma.SCTrilemma.train` (e.g. ``model.train(max_epochs=10_000,
         max_time="00:00:02:00")``).
         """
         model = cls.load_query_data(adata, reference_model, unfrozen=True, **prepare_kwargs)
