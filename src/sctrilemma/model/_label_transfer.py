@@ -30,8 +30,8 @@ TAIL_QUANTILE = 0.99
 class LabelClassifier:
     """A multinomial logistic regression on the embedding, with what it needs to call cells unknown.
 
-    Fitted by :meth:`~sctrilemma.model.LabelClassifier.fit` on the labelled reference cells' embedding and stored with a saved model, so that it
-    labels a query without the reference's cells.
+    Fitted by :meth:`~sctrilemma.model.LabelClassifier.fit` on the labelled reference cells' embedding and stored
+    with a saved model, so that it labels a query without the reference's cells.
 
     Attributes
     ----------
@@ -48,7 +48,8 @@ class LabelClassifier:
     class_scales
         Per class, the median Mahalanobis distance of the reference's cells to their class centre.
     reference_shift
-        The reference's own cells' distance as :meth:`~sctrilemma.model.LabelClassifier.predict` measures a query's, for scale.
+        The reference's own cells' distance as :meth:`~sctrilemma.model.LabelClassifier.predict` measures a
+        query's, for scale.
     class_factors
         Per class, how many times the query's own distance a cell must lie from the class to be novel.
     labels_key
@@ -186,10 +187,10 @@ class LabelClassifier:
 
         Returns
         -------
-        One row per cell: ``prediction`` (with ``unknown_label``), ``nearest_label`` (the classifier's label before
-        the unknown rules), ``probability``, ``uncertainty``, ``novelty_score`` (the cell's distance over the
-        novelty threshold of its class; above 1 is novel), ``is_novel`` and ``is_unknown``. ``attrs["query_shift"]`` is the query's
-        own distance, relative to the reference's cells (about 1 for a query like the reference; larger for one
+        One row per cell: ``prediction`` (with ``unknown_label``), ``nearest_label`` (the classifier's label before the
+        unknown rules), ``probability``, ``uncertainty``, ``novelty_score`` (the cell's distance over the novelty
+        threshold of its class; above 1 is novel), ``is_novel`` and ``is_unknown``. ``attrs["query_shift"]`` is the
+        query's own distance, relative to the reference's cells (about 1 for a query like the reference; larger for one
         measured differently).
         """
         if not 0 <= max_uncertainty <= 1:
@@ -294,9 +295,10 @@ class LabelTransferMixin:
     ) -> LabelClassifier:
         """Fit the label classifier on labelled cells' embedding and keep it with the model.
 
-        The classifier (:class:`~sctrilemma.model.LabelClassifier`) is saved by :meth:`~sctrilemma.SCTrilemma.save` and carried into every
-        query model of :meth:`~sctrilemma.SCTrilemma.load_query_data`, whose :meth:`~sctrilemma.SCTrilemma.predict_labels` then labels the query without the
-        reference's cells. Cells whose label is missing are left out.
+        The classifier (:class:`~sctrilemma.model.LabelClassifier`) is saved by :meth:`~sctrilemma.SCTrilemma.save` and
+        carried into every query model of :meth:`~sctrilemma.SCTrilemma.load_query_data`, whose
+        :meth:`~sctrilemma.SCTrilemma.predict_labels` then labels the query without the reference's cells. Cells whose
+        label is missing are left out.
 
         Parameters
         ----------

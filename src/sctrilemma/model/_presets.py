@@ -101,9 +101,10 @@ EARLY_STOPPING_MONITOR = "reconstruction_loss_validation"
 def early_stopping_kwargs(preset: str, trainer_kwargs: dict, has_validation_cells: bool) -> dict:
     """``trainer_kwargs`` with the preset's early stopping, unless the user chose (``early_stopping=True/False``).
 
-    The stop is Lightning's :class:`~lightning.pytorch.callbacks.EarlyStopping`, with the validation cells scored
-    every epoch; it logs one line when it ends training. Unlike ``early_stopping=True`` (scvi-tools' callback), it does not fail a run that ends before its
-    first validation, such as a ``max_steps`` shorter than an epoch: such a run trains its full length.
+    The stop is Lightning's :class:`~lightning.pytorch.callbacks.EarlyStopping`, with the validation cells scored every
+    epoch; it logs one line when it ends training. Unlike ``early_stopping=True`` (scvi-tools' callback), it does not
+    fail a run that ends before its first validation, such as a ``max_steps`` shorter than an epoch: such a run trains
+    its full length.
     """
     patience = EARLY_STOPPING_PATIENCE[preset]
     if patience is None or not has_validation_cells or "early_stopping" in trainer_kwargs:

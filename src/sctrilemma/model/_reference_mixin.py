@@ -75,11 +75,11 @@ class ReferenceMixin:
     ) -> None:
         """Save a self-contained reference to ``dir_path/<prefix>model.safetensors``.
 
-        The arguments are scvi-tools' (:meth:`scvi.model.base.BaseModelClass.save`). The file holds the
-        weights, the configuration, the gene vocabulary (Ensembl IDs and symbols when known), the PB-Cond
-        codebook, the label classifier (:meth:`fit_label_classifier`), the scvi-tools registry, the training split's indices, package versions and a checksum. It
-        is written to a temporary file and renamed, so an interrupted save leaves an earlier reference
-        intact. Loading it never unpickles anything.
+        The arguments are scvi-tools' (:meth:`scvi.model.base.BaseModelClass.save`). The file holds the weights, the
+        configuration, the gene vocabulary (Ensembl IDs and symbols when known), the PB-Cond codebook, the label
+        classifier (:meth:`fit_label_classifier`), the scvi-tools registry, the training split's indices, package
+        versions and a checksum. It is written to a temporary file and renamed, so an interrupted save leaves an earlier
+        reference intact. Loading it never unpickles anything.
 
         Parameters
         ----------
@@ -397,14 +397,16 @@ class ReferenceMixin:
 
     @classmethod
     def from_pretrained(cls, adata: ad.AnnData, reference_model, **prepare_kwargs):
-        """A model of your own data that starts from a pretrained reference's weights: call :meth:`~sctrilemma.SCTrilemma.train` next.
+        """A model of your own data that starts from a pretrained reference's weights; train it next.
 
-        The path for a study of your own, e.g. blood with :func:`sctrilemma.data.blood_reference_dir`: ``adata``
-        is mapped into the reference's genes as in :meth:`~sctrilemma.SCTrilemma.load_query_data` (``adata`` itself is not modified) and
-        every weight is trainable, so that a few minutes of :meth:`~sctrilemma.SCTrilemma.train` fit the reference to your cells. It is
-        ``load_query_data(adata, reference_model, unfrozen=True)`` without the reference's label classifier:
-        training moves the embedding the classifier was fitted on, so transfer labels with the zero-shot model
-        (:meth:`~sctrilemma.SCTrilemma.load_query_data`, :meth:`~sctrilemma.SCTrilemma.predict_labels`) or fit a classifier anew (:meth:`~sctrilemma.SCTrilemma.fit_label_classifier`).
+        The path for a study of your own, e.g. blood with :func:`sctrilemma.data.blood_reference_dir`: ``adata`` is
+        mapped into the reference's genes as in :meth:`~sctrilemma.SCTrilemma.load_query_data` (``adata`` itself is not
+        modified) and every weight is trainable, so that a few minutes of :meth:`~sctrilemma.SCTrilemma.train` fit the
+        reference to your cells. It is ``load_query_data(adata, reference_model, unfrozen=True)`` without the
+        reference's label classifier: training moves the embedding the classifier was fitted on, so transfer labels with
+        the zero-shot model (:meth:`~sctrilemma.SCTrilemma.load_query_data`,
+        :meth:`~sctrilemma.SCTrilemma.predict_labels`) or fit a classifier anew
+        (:meth:`~sctrilemma.SCTrilemma.fit_label_classifier`).
 
         Parameters
         ----------
@@ -413,12 +415,13 @@ class ReferenceMixin:
         reference_model
             A trained model (left unchanged) or the directory of a saved reference.
         **prepare_kwargs
-            Passed to :meth:`~sctrilemma.SCTrilemma.prepare_query_anndata` (``layer``, ``donor_key``, ``dataset_key``, ``min_overlap``).
+            Passed to :meth:`~sctrilemma.SCTrilemma.prepare_query_anndata` (``layer``, ``donor_key``, ``dataset_key``,
+            ``min_overlap``).
 
         Returns
         -------
-        The model with the mapped data attached, ready for :meth:`~sctrilemma.SCTrilemma.train` (e.g. ``model.train(max_epochs=10_000,
-        max_time="00:00:02:00")``).
+        The model with the mapped data attached, ready for :meth:`~sctrilemma.SCTrilemma.train` (e.g.
+        ``model.train(max_epochs=10_000, max_time="00:00:02:00")``).
         """
         model = cls.load_query_data(adata, reference_model, unfrozen=True, **prepare_kwargs)
         model.label_classifier_ = None

@@ -50,7 +50,10 @@ class TimeBudgetProgressBar(ProgressBar):
 
 
 class ReportedEarlyStopping(EarlyStopping):
-    """Lightning's :class:`~lightning.pytorch.callbacks.EarlyStopping` that says, once, when and why it ended training."""
+    """Lightning's early stopping, saying once when and why it ended training.
+
+    A :class:`~lightning.pytorch.callbacks.EarlyStopping` that logs one line when it stops a run.
+    """
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Log one line when this callback stopped training."""
