@@ -97,3 +97,19 @@ def test_pull_fetches_the_safe_weights_from_a_repository(hub_dir: Path, tmp_path
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda **kwargs: str(folder))
     with pytest.raises(ValueError, match="has no model.safetensors"):
         pull_hub_reference("someone/scvi-model")
+
+
+def test_card_has_an_evaluation_section_and_the_labelling_call_of_a_labelled_reference(tmp_path: Path) -> None:
+    directory = tmp_path / "labelled"
+    shutil.copytree(blood_reference_dir(), directory)
+    write_hub_files(
+        directory, evaluation="| split | accuracy |\n|---|---|\n| CellBench | 1.000 |", overwrite=True, **CARD
+    )
+    card = (directory / "README.md").read_text()
+    assert "## Evaluation\n\n| split | accuracy |" in card
+    assert "labels = model.predict_labels()" in card  # the blood reference carries a label classifier
+    shutil.copytree(example_reference_dir(), tmp_path / "unlabelled")
+    write_hub_files(tmp_path / "unlabelled", **CARD)
+    card = (tmp_path / "unlabelled" / "README.md").read_text()
+    assert "## Evaluation" not in card
+    assert "predict_labels" not in card

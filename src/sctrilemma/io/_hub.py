@@ -41,6 +41,7 @@ def write_hub_files(
     training_data: str,
     intended_use: str,
     references: str = "",
+    evaluation: str = "",
     metrics: dict[str, Any] | None = None,
     tissues: list[str] | None = None,
     training_data_url: str | None = None,
@@ -63,6 +64,8 @@ def write_hub_files(
         What the model is for, and what it is not for.
     references
         Citations, for the card.
+    evaluation
+        Markdown (e.g. a benchmark's table) for the card's evaluation section; none when empty.
     metrics
         Figures to report (written to ``metrics.json`` and shown on the card).
     tissues
@@ -103,8 +106,9 @@ def write_hub_files(
         *(_SCVI_HUB.TISSUE_TAG.format(tissue) for tissue in tissues or []),
     ]
     header = ModelCardData(license=license_info, library_name=_SCVI_HUB.HF_LIBRARY_NAME, tags=tags)
-    card = ModelCard(_card_text(header.to_yaml(), metadata, description, training_data, intended_use, references,
-                                metrics, training_data_url, training_code_url))  # fmt: skip
+    texts = {"description": description, "training_data": training_data, "intended_use": intended_use,
+             "references": references, "evaluation": evaluation}  # fmt: skip
+    card = ModelCard(_card_text(header.to_yaml(), metadata, texts, metrics, training_data_url, training_code_url))
     hub_model = HubModel(str(model_dir), metadata=hub_metadata, model_card=card)
     hub_model.save(overwrite=overwrite)
     if metrics is not None:
@@ -115,34 +119,39 @@ def write_hub_files(
 def _card_text(
     header: str,
     metadata: dict[str, Any],
-    description: str,
-    training_data: str,
-    intended_use: str,
-    references: str,
+    texts: dict[str, str],
     metrics: dict[str, Any] | None,
     training_data_url: str | None,
     training_code_url: str | None,
 ) -> str:
-    """The model card's Markdown: the YAML header, then what a user needs to judge and load the model."""
+    """The model card's Markdown: the YAML header, then what a user needs to judge and load the model.
+
+    ``texts`` holds the card's prose: ``description``, ``training_data``, ``intended_use``, ``references`` and
+    ``evaluation``.
+    """
     registry = metadata["registry"]
     n_genes = len(metadata["genes"])
+    labels = "labels = model.predict_labels()\n" if metadata.get("label_classifier") else ""
     sections = [
         f"---\n{header}\n---",
-        f"# {metadata['model_name']} reference (sctrilemma)\n\n{description}",
-        f"## Training data\n\n{training_data}" + (f"\n\nData: {training_data_url}" if training_data_url else ""),
-        f"## Intended use\n\n{intended_use}",
+        f"# {metadata['model_name']} reference (sctrilemma)\n\n{texts['description']}",
+        f"## Training data\n\n{texts['training_data']}"
+        + (f"\n\nData: {training_data_url}" if training_data_url else ""),
+        f"## Intended use\n\n{texts['intended_use']}",
         "## Loading\n\n```python\nimport sctrilemma\n\n"
         "hub_model = sctrilemma.io.pull_hub_reference(REPO, revision=REVISION)\n"
         "model = sctrilemma.SCTrilemma.load_query_data(query_adata, hub_model.local_dir)\n"
-        'query_adata.obsm["X_sctrilemma"] = model.get_latent_representation()\n```',
+        f'query_adata.obsm["X_sctrilemma"] = model.get_latent_representation()\n{labels}```',
         f"## Model\n\n{n_genes:,} genes; set-up arguments `{json.dumps(registry['setup_args'])}`; configuration\n\n"
         f"```json\n{json.dumps(metadata['config'], indent=2)}\n```\n\nVersions: `{json.dumps(metadata['versions'])}`.",
     ]
+    if texts["evaluation"]:
+        sections.append(f"## Evaluation\n\n{texts['evaluation']}")
     if metrics:
         sections.append(f"## Figures\n\n```json\n{json.dumps(metrics, indent=2)}\n```")
     if training_code_url:
         sections.append(f"## Training code\n\n{training_code_url}")
-    sections.append(f"## References\n\n{references or 'scTrilemma (see the sctrilemma documentation).'}")
+    sections.append(f"## References\n\n{texts['references'] or 'scTrilemma (see the sctrilemma documentation).'}")
     return "\n\n".join(sections) + "\n"
 
 
