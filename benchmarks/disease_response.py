@@ -102,7 +102,8 @@ def run(method: str, seed: int, n_genes: int, budget_s: float) -> dict:
     """One method and seed: the reconstruction's disease response against the observed one."""
     scvi.settings.seed = seed
     healthy, covid = load()
-    genes = most_expressed(healthy, n_genes)
+    # in the data's gene order: scVI returns gene_list's genes in that order, whatever the list's
+    genes = healthy.var_names[healthy.var_names.isin(most_expressed(healthy, n_genes))]
     start = time.perf_counter()
     healthy_model, covid_model, query_model = reconstruct(method, healthy, covid, genes, budget_s)
     donors = covid.obs["donor"].to_numpy()
