@@ -15,7 +15,8 @@ import scvi
 from safetensors.numpy import load_file
 
 import sctrilemma
-from sctrilemma._cli import HDF5_SIGNATURE, build_parser, check_model_dir, h5ad_columns, main
+from sctrilemma._cli import build_parser, main
+from sctrilemma._cli_checks import HDF5_SIGNATURE, check_model_dir, h5ad_columns
 
 HEAVY_MODULES = ("torch", "scvi", "anndata", "scanpy", "lightning", "h5py")
 COMMANDS = ("train", "embed", "score", "example")
