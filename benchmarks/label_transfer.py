@@ -54,7 +54,6 @@ from sctrilemma._normalize import log1p_cp10k
 
 DATA = Path(__file__).parents[1].parent / "shared" / "data"
 UNKNOWN = "unknown"
-N_TOP_GENES, N_COMPS = 2000, 50
 SPLITS = ("cellbench_celseq2_to_dropseq", "cellbench_dropseq_to_celseq2", "kang_donors", "baron_human_to_mouse")
 METHODS = ("sctrilemma", "celltypist", "scanvi", "pca_knn")
 LEFT_OUT = {
@@ -190,26 +189,15 @@ def run_scanvi(reference: ad.AnnData, query: ad.AnnData, budget_s: float, seed: 
 
 
 def run_pca_knn(reference: ad.AnnData, query: ad.AnnData, seed: int):
-    """A projected PCA and a distance-weighted 15-NN vote, 0.5 probability rule."""
-    import scanpy as sc
+    """A projected PCA (``zero_shot.py``'s) and a distance-weighted 15-NN vote, 0.5 probability rule."""
     from sklearn.neighbors import KNeighborsClassifier
+    from zero_shot import pca_zero_shot
 
-    threads = torch.get_num_threads()
-    try:
-        work = ad.AnnData(log1p_cp10k(reference.X), var=pd.DataFrame(index=reference.var_names))
-        sc.pp.highly_variable_genes(work, n_top_genes=min(N_TOP_GENES, reference.n_vars - 1))
-        hvg = work.var["highly_variable"].to_numpy()
-        n_comps = min(N_COMPS, int(hvg.sum()) - 1, reference.n_obs - 1)
-        sc.pp.pca(work, n_comps=n_comps, mask_var="highly_variable", random_state=seed)
-    finally:  # scanpy raises torch's thread count
-        torch.set_num_threads(threads)
-    genes, loadings = work.var_names[hvg], work.varm["PCs"][hvg]
-    mean = np.asarray(work.X[:, hvg].mean(0)).ravel()
-    _, x_query = _aligned_log(reference, query, genes)
-    vote = KNeighborsClassifier(n_neighbors=15, weights="distance").fit(work.obsm["X_pca"], reference.obs["cell_type"])
-    probability = vote.predict_proba((x_query - mean) @ loadings)
+    reference_pca, query_pca, facts = pca_zero_shot(reference, query, seed)
+    vote = KNeighborsClassifier(n_neighbors=15, weights="distance").fit(reference_pca, reference.obs["cell_type"])
+    probability = vote.predict_proba(query_pca)
     prediction = np.where(probability.max(1) >= 0.5, vote.classes_[probability.argmax(1)], UNKNOWN)
-    return prediction, {"n_hvg": int(genes.size)}
+    return prediction, facts
 
 
 def run(split: str, method: str, seed: int, budget_s: float, out: Path) -> dict:

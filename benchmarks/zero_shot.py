@@ -123,9 +123,10 @@ def pca_zero_shot(reference: ad.AnnData, query: ad.AnnData, seed: int) -> tuple[
     threads = torch.get_num_threads()
     try:
         work = ad.AnnData(log1p_cp10k(reference.X), var=pd.DataFrame(index=reference.var_names))
-        sc.pp.highly_variable_genes(work, n_top_genes=N_TOP_GENES)
+        sc.pp.highly_variable_genes(work, n_top_genes=min(N_TOP_GENES, reference.n_vars - 1))
         hvg = work.var["highly_variable"].to_numpy()
-        sc.pp.pca(work, n_comps=N_COMPS, mask_var="highly_variable", random_state=seed)
+        n_comps = min(N_COMPS, int(hvg.sum()) - 1, reference.n_obs - 1)  # fewer only for a very small reference
+        sc.pp.pca(work, n_comps=n_comps, mask_var="highly_variable", random_state=seed)
     finally:  # scanpy raises torch's thread count (see sctrilemma.benchmark.pca_baseline)
         torch.set_num_threads(threads)
     genes, loadings = work.var_names[hvg], work.varm["PCs"][hvg]
