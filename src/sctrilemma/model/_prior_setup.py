@@ -190,10 +190,7 @@ class PriorSetupMixin:
             if centres is not None:
                 latent = get_latent(adata=adata, indices=indices, batch_size=batch_size, **kwargs)
                 dataset = np.asarray(manager.get_from_registry(SCT_REGISTRY_KEYS.DATASET_KEY)).ravel().astype(int)
-                shift = centres[dataset if indices is None else dataset[np.asarray(indices)]]
-                if isinstance(latent, tuple):  # return_dist: the mean moves, the variance does not
-                    return latent[0] - shift, latent[1]
-                return latent - shift
+                return _shifted(latent, centres[dataset if indices is None else dataset[np.asarray(indices)]])
             self._prepare_prior(adata)
             dataloader = self._make_data_loader(adata=adata, indices=indices, batch_size=batch_size)
         shift_of = self._embedding_shifts()
@@ -205,10 +202,7 @@ class PriorSetupMixin:
                 yield tensors
 
         latent = get_latent(adata=None, indices=None, batch_size=None, dataloader=recording(dataloader), **kwargs)
-        shift = torch.cat(shifts).numpy() if shifts else 0.0
-        if isinstance(latent, tuple):  # return_dist: the mean moves, the variance does not
-            return latent[0] - shift, latent[1]
-        return latent - shift
+        return _shifted(latent, torch.cat(shifts).numpy() if shifts else 0.0)
 
     def get_pseudobulk_codes(self, adata: AnnData | None = None) -> pd.DataFrame:
         """Soft PB-Cond codes of the data's dataset-donor groups.
@@ -296,3 +290,10 @@ class PriorSetupMixin:
         """
         self._prepare_prior(adata)
         return super().get_marginal_ll(adata, *args, **kwargs)
+
+
+def _shifted(latent: np.ndarray | tuple[np.ndarray, np.ndarray], shift) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """The embedding ``latent`` minus ``shift``; with ``return_dist``'s variance, the mean moves and it does not."""
+    if isinstance(latent, tuple):
+        return latent[0] - shift, latent[1]
+    return latent - shift
