@@ -48,16 +48,19 @@ def load() -> tuple[ad.AnnData, ad.AnnData]:
     return adata[healthy].copy(), adata[~healthy].copy()
 
 
+def cp10k(adata: ad.AnnData) -> sp.csr_matrix:
+    """Each cell's counts per 10,000, ``(n_cells, n_genes)``."""
+    return sp.csr_matrix(sp.diags(1e4 / np.asarray(adata.X.sum(1)).ravel()) @ adata.X)
+
+
 def most_expressed(adata: ad.AnnData, n_genes: int) -> pd.Index:
     """The ``n_genes`` genes of highest mean CP10K."""
-    cp10k = sp.diags(1e4 / np.asarray(adata.X.sum(1)).ravel()) @ adata.X
-    return adata.var_names[np.argsort(-np.asarray(cp10k.mean(0)).ravel())[:n_genes]]
+    return adata.var_names[np.argsort(-np.asarray(cp10k(adata).mean(0)).ravel())[:n_genes]]
 
 
 def observed_cp10k(adata: ad.AnnData, genes: pd.Index) -> np.ndarray:
     """Each cell's CP10K of ``genes``, ``(n_cells, n_genes)``."""
-    cp10k = sp.diags(1e4 / np.asarray(adata.X.sum(1)).ravel()) @ adata.X
-    return np.asarray(cp10k[:, adata.var_names.get_indexer(genes)].todense())
+    return np.asarray(cp10k(adata)[:, adata.var_names.get_indexer(genes)].todense())
 
 
 def logfc(disease: np.ndarray, healthy: np.ndarray) -> np.ndarray:
