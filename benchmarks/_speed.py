@@ -17,7 +17,7 @@ import torch
 
 from sctrilemma.benchmark._reference import UpstreamStyleVAE
 from sctrilemma.io._upstream import upstream_to_module_state
-from sctrilemma.model._presets import PRESETS
+from sctrilemma.model import PRESETS
 from sctrilemma.module import SCTrilemmaModule
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def paired_models(preset: str, n_input: int, seed: int = 0) -> tuple[SCTrilemmaM
 
     Norm scales, biases and BatchNorm statistics are randomised too, so no part of the function is trivial.
     """
-    sizes = PRESETS[preset]
+    sizes = PRESETS[preset]["model"]
     torch.manual_seed(seed)
     reference = UpstreamStyleVAE(
         n_input,

@@ -48,7 +48,7 @@ from trilemma import DATASETS, default_context_role
 
 from sctrilemma import SCTrilemma, metrics
 from sctrilemma.benchmark import pca_baseline
-from sctrilemma.model._presets import EARLY_STOPPING_MONITOR, EARLY_STOPPING_PATIENCE
+from sctrilemma.model import PRESETS
 
 # data set: (label key, context key), the same data sets and keys as the trilemma benchmark, which also says how
 # SCTrilemma is given the context (default_context_role)
@@ -163,11 +163,11 @@ class ValidationHistory(Callback):
 
     def __init__(self, checkpoints: Checkpoints, replay_stop: bool = False) -> None:
         self.checkpoints, self.replay_stop, self.rows = checkpoints, replay_stop, []
-        self.patience = EARLY_STOPPING_PATIENCE["small"]
+        self.patience = PRESETS["small"]["train"]["early_stopping_patience"]
         self.best, self.waited, self.stop = float("inf"), 0, None
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        value = trainer.callback_metrics.get(EARLY_STOPPING_MONITOR)
+        value = trainer.callback_metrics.get(PRESETS["small"]["train"]["early_stopping_monitor"])
         if value is None or trainer.sanity_checking:
             return
         row = {"step": trainer.global_step, "train_s": self.checkpoints.training_seconds(), "loss": float(value)}

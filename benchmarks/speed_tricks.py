@@ -34,7 +34,7 @@ from scvi import REGISTRY_KEYS
 
 import sctrilemma
 import sctrilemma.module._decoder as decoder_file
-from sctrilemma.model._presets import PRESETS
+from sctrilemma.model import PRESETS
 from sctrilemma.module import PerceiverEncoder, SCTrilemmaModule, ZINBDecoder, expressed_crop
 from sctrilemma.nn import CrossAttention, CrossAttentionBlock
 from sctrilemma.nn._attention import Workspace
@@ -144,7 +144,7 @@ def main() -> None:
     adata = sctrilemma.data.load_example()
     x = torch.as_tensor(adata.X[: max(args.cells, args.batch, args.decode_cells)].toarray(), dtype=torch.float32)
     torch.manual_seed(0)
-    module = SCTrilemmaModule(x.shape[1], **PRESETS[args.preset], prior="normal")
+    module = SCTrilemmaModule(x.shape[1], **PRESETS[args.preset]["model"], prior="normal")
     module.precision = "fp32"
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
     batch = {REGISTRY_KEYS.X_KEY: x[: args.batch]}

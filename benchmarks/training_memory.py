@@ -2,7 +2,7 @@
 
 For each preset, data set and batch size, a child process builds the model, runs two training steps on the CPU and
 reports how far training raised the process's peak resident memory (``ru_maxrss``) above its peak before training,
-next to :func:`sctrilemma.model._memory.training_bytes_per_cell`'s estimate for the same sizes.
+next to :func:`sctrilemma.model._presets.training_bytes_per_cell`'s estimate for the same sizes.
 
 Usage: ``python benchmarks/training_memory.py [--json PATH]``; ``--quick`` for two small points.
 """
@@ -34,7 +34,7 @@ def child(preset: str, data: str, batch_size: int) -> dict:
 
     from sctrilemma import SCTrilemma
     from sctrilemma.data import load_example
-    from sctrilemma.model._memory import optimizer_bytes, training_bytes_per_cell
+    from sctrilemma.model._presets import optimizer_bytes, training_bytes_per_cell
 
     torch.set_num_threads(1)
     scvi.settings.seed = 0

@@ -101,8 +101,7 @@ def profile_child(dataset: str, threads: int, n_steps: int) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     import sctrilemma
-    from sctrilemma.module._depth import encoder_training_input
-    from sctrilemma.module._tokens import expressed_crop, target_sample
+    from sctrilemma.module._inputs import encoder_training_input, expressed_crop, target_sample
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(threads)

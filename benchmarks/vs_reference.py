@@ -31,7 +31,7 @@ from _speed import (
 from scvi import REGISTRY_KEYS
 from scvi.distributions import ZeroInflatedNegativeBinomial
 
-from sctrilemma.module._tokens import training_crop
+from sctrilemma.module._inputs import training_crop
 
 LOGVAR_MIN, LOGVAR_MAX = -4.0, 2.0
 
@@ -72,7 +72,7 @@ def reference_train_loss(ref, x: torch.Tensor, genes: torch.Tensor, counts: torc
 
 def module_train_loss(module, x: torch.Tensor, genes: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Our training loss on the same crop, through the module's own inference/generative/loss."""
-    from sctrilemma.module._tokens import GeneCrop
+    from sctrilemma.module._inputs import GeneCrop
 
     tensors = {REGISTRY_KEYS.X_KEY: x}
     inference = module.inference(x, crop=GeneCrop(genes, counts, None))

@@ -52,7 +52,7 @@ REFERENCE_CELLS_FILE = "reference_cells.h5ad"
 # shared genes the gene embeddings start from the data, as the preset starts them above 3,000 genes: in 1,200 steps
 # the reference sees each of its 12,457 cells about six times, where that start pays.
 MODEL_OPTIONS: dict[str, dict] = {
-    "union": {"encoder_genes": None, "gene_panel_min_fraction": 0.1},
+    "union": {"encoder_genes": "all", "gene_panel_min_fraction": 0.1},
     "shared": {"gene_embedding_init": "pca"},
 }
 GENE_RULES = {

@@ -51,7 +51,7 @@ def test_api_reference_covers_every_public_name() -> None:
 
 
 def test_model_exports_match_top_level() -> None:
-    assert set(importlib.import_module("sctrilemma.model").__all__) == {"LabelClassifier", "SCTrilemma"}
+    assert set(importlib.import_module("sctrilemma.model").__all__) == {"LabelClassifier", "PRESETS", "SCTrilemma"}
     assert "SCTrilemma" in _public_names()
 
 

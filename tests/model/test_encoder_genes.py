@@ -14,7 +14,7 @@ from scvi import REGISTRY_KEYS
 
 from sctrilemma import SCTrilemma
 from sctrilemma._constants import SCT_MODULE_KEYS as KEYS
-from sctrilemma.model._gene_init import most_variable_genes
+from sctrilemma.model._data_setup import most_variable_genes
 from sctrilemma.module import SCTrilemmaModule
 
 
@@ -61,9 +61,9 @@ def test_the_encoder_crop_takes_only_the_masked_genes(tiny):
 
 
 def test_encoder_genes_needs_its_own_crop(tiny):
-    with pytest.raises(ValueError, match="`encoder_genes` must be None or a positive integer with `n_decoder_targets`"):
+    with pytest.raises(ValueError, match="`encoder_genes=20` needs `n_decoder_targets` a number"):
         SCTrilemmaModule(50, encoder_genes=20, **tiny)
-    with pytest.raises(ValueError, match="`encoder_genes` must be None or a positive integer"):
+    with pytest.raises(ValueError, match="`encoder_genes` must be .all. or a positive integer"):
         SCTrilemmaModule(50, n_decoder_targets=16, encoder_genes=0, **tiny)
 
 
@@ -98,7 +98,7 @@ def test_the_small_preset_leaves_data_with_few_genes_as_it_was(small_adata, tiny
         embeddings.append(model.get_latent_representation())
     assert small_adata.n_vars <= SCTrilemma(small_adata, preset="small", **tiny).module.encoder_genes == 4000
     np.testing.assert_array_equal(embeddings[0], embeddings[1])
-    assert SCTrilemma(small_adata, preset="paper", **tiny).module.encoder_genes is None
+    assert SCTrilemma(small_adata, preset="paper", **tiny).module.encoder_genes == "all"
 
 
 def test_a_query_missing_most_of_the_encoders_genes_is_warned(small_adata, tiny):
@@ -123,7 +123,7 @@ def test_a_query_missing_most_genes_of_an_encoder_reading_every_gene(small_adata
     """An encoder reading every gene is warned about too, unless it was trained with genes hidden from it."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     fraction = 0.1 if hidden_in_training else 1.0
-    model = SCTrilemma(small_adata, preset="small", encoder_genes=None, gene_panel_min_fraction=fraction, **tiny)
+    model = SCTrilemma(small_adata, preset="small", encoder_genes="all", gene_panel_min_fraction=fraction, **tiny)
     model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
     assert model.module.encoder_gene_mask.all()
     query = small_adata[:, : small_adata.n_vars // 3].copy()
@@ -143,15 +143,15 @@ def test_a_query_missing_most_genes_of_an_encoder_reading_every_gene(small_adata
 def test_a_reference_for_other_panels_keeps_its_options(small_adata, tiny, tmp_path):
     """The user guide's recipe for references queried with other gene panels: every gene read, a share hidden."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
-    model = SCTrilemma(small_adata, preset="small", encoder_genes=None, gene_panel_min_fraction=0.1, **tiny)
-    assert model.module.encoder_genes is None  # not the preset's 4,000
+    model = SCTrilemma(small_adata, preset="small", encoder_genes="all", gene_panel_min_fraction=0.1, **tiny)
+    assert model.module.encoder_genes == "all"  # not the preset's 4,000
     assert SCTrilemma(small_adata, preset="small", **tiny).module.gene_panel_min_fraction == 1.0  # off by default
     model.train(max_steps=2, batch_size=32, enable_progress_bar=False)
     assert model.module.encoder_gene_mask.all()
     model.save(tmp_path / "model")
     loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
     assert loaded.module.gene_panel_min_fraction == 0.1
-    assert loaded.module.encoder_genes is None
+    assert loaded.module.encoder_genes == "all"
     assert loaded.module.encoder_gene_mask.all()
     # the option changes training only: the saved model embeds as the trained one
     np.testing.assert_allclose(loaded.get_latent_representation(), model.get_latent_representation(), atol=1e-6)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from sctrilemma import SCTrilemma
-from sctrilemma.model import _memory
-from sctrilemma.model._memory import optimizer_bytes, training_bytes_per_cell
+from sctrilemma.model import _presets
+from sctrilemma.model._presets import optimizer_bytes, training_bytes_per_cell
 
 
 @pytest.mark.parametrize("cuda", [False, True])
@@ -36,8 +36,8 @@ def test_batch_shrinks_to_the_memory_available(small_adata, tiny, monkeypatch):
     model = SCTrilemma(small_adata, **tiny, preset="paper")
     per_cell = training_bytes_per_cell(model.module, small_adata.n_vars)
     fitting = 20
-    available = ((fitting + 0.5) * per_cell + optimizer_bytes(model.module)) / _memory.MEMORY_SHARE
-    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: int(available))
+    available = ((fitting + 0.5) * per_cell + optimizer_bytes(model.module)) / _presets.MEMORY_SHARE
+    monkeypatch.setattr(_presets, "available_memory_bytes", lambda: int(available))
     with pytest.warns(UserWarning, match=f"training with batch_size={fitting} instead"):
         model.train(max_steps=2, batch_size=256, accelerator="cpu", enable_progress_bar=False)
     assert model.is_trained_
@@ -47,7 +47,7 @@ def test_batch_shrinks_to_the_memory_available(small_adata, tiny, monkeypatch):
 def test_a_batch_that_fits_is_kept(small_adata, tiny, monkeypatch, recwarn):
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     model = SCTrilemma(small_adata, **tiny, preset="paper")
-    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 2**40)
+    monkeypatch.setattr(_presets, "available_memory_bytes", lambda: 2**40)
     model.train(max_steps=2, batch_size=32, accelerator="cpu", enable_progress_bar=False)
     assert model.trainer.train_dataloader.sampler.batch_size == 32
     assert not [w for w in recwarn if "batch_size=" in str(w.message)]
@@ -57,7 +57,7 @@ def test_a_model_that_cannot_fit_one_cell_is_refused_before_training(small_adata
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     model = SCTrilemma(small_adata, **tiny, preset="paper")
     weights = {name: value.clone() for name, value in model.module.state_dict().items()}
-    monkeypatch.setattr(_memory, "available_memory_bytes", lambda: 1)
+    monkeypatch.setattr(_presets, "available_memory_bytes", lambda: 1)
     with pytest.raises(MemoryError, match="preset='small'"):
         model.train(max_steps=2, accelerator="cpu", enable_progress_bar=False)
     assert not model.is_trained_
@@ -73,4 +73,4 @@ def test_the_estimate_grows_with_the_genes_each_cell_passes_through(small_adata)
     assert training_bytes_per_cell(paper, 20_000) == training_bytes_per_cell(paper, 4_096)
     assert training_bytes_per_cell(small, 20_000) == training_bytes_per_cell(small, 2_000)
     assert training_bytes_per_cell(paper, 2_000) > 100 * training_bytes_per_cell(small, 2_000)
-    assert _memory.available_memory_bytes() is None or _memory.available_memory_bytes() > 0
+    assert _presets.available_memory_bytes() is None or _presets.available_memory_bytes() > 0

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sctrilemma import SCTrilemma, metrics
-from sctrilemma.model._gene_init import principal_gene_loadings
+from sctrilemma.model._data_setup import principal_gene_loadings
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.module._module import PCA_INIT_MIN_GENES
 

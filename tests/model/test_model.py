@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import copy
+
 import mudata as md
 import numpy as np
 import pandas as pd
@@ -8,7 +10,8 @@ import scipy.sparse as sp
 import torch
 
 from sctrilemma import SCTrilemma
-from sctrilemma.model._presets import PRESETS
+from sctrilemma.io._reference import read_reference
+from sctrilemma.model import PRESETS
 
 
 def _trained(adata, tiny, **kwargs) -> SCTrilemma:
@@ -113,7 +116,7 @@ def test_presets_and_overrides(small_adata):
     paper = SCTrilemma(small_adata, prior="normal", preset="paper")
     assert (paper.module.n_hidden, paper.module.n_latent_tokens, paper.module.crop_size) == (512, 64, 4096)
     # the paper's recipe: the crop is the decoder's target, dropout 0.1, PyTorch's default posterior head
-    assert paper.module.n_decoder_targets is None
+    assert paper.module.n_decoder_targets == "crop"
     assert paper.module.encoder.blocks[0].attention.dropout_rate == pytest.approx(0.1)
     assert float(paper.module.encoder.to_logvar.bias.abs().max()) < 1.0
     # the small preset's short-run recipe, each setting overridable
@@ -131,12 +134,53 @@ def test_presets_and_overrides(small_adata):
         SCTrilemma(small_adata, preset="huge")
 
 
+def test_none_takes_the_presets_value_and_off_is_spelled_out(small_adata, tiny):
+    """``None`` means the preset's value for every setting; the paper's 'none of these' values are words."""
+    SCTrilemma.setup_anndata(small_adata)
+    given = {"encoder_genes": None, "n_decoder_targets": None, "embedding_depth_quantile": None, "crop_size": None}
+    small = SCTrilemma(small_adata, preset="small", **given)
+    for key in given:
+        assert getattr(small.module, key) == PRESETS["small"]["model"][key], key
+    off = SCTrilemma(small_adata, preset="small", encoder_genes="all", embedding_depth_quantile="observed", **tiny)
+    assert (off.module.encoder_genes, off.module.embedding_depth_quantile) == ("all", "observed")
+    for wrong, message in [({"encoder_genes": "none"}, "`encoder_genes` must be 'all' or a positive integer"),
+                           ({"n_decoder_targets": 2}, "`n_decoder_targets` must be 'crop' or an integer >= 4"),
+                           ({"embedding_depth_quantile": 1.5}, "`embedding_depth_quantile` must be 'observed'")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            SCTrilemma(small_adata, preset="small", **tiny, **wrong)
+    with pytest.raises(ValueError, match="needs `n_decoder_targets` a number"):
+        SCTrilemma(small_adata, preset="paper", encoder_genes=100, **tiny)
+
+
+def test_a_model_saved_with_none_for_the_papers_settings_loads_as_it_was(small_adata, tiny, tmp_path):
+    """Models saved when ``None`` spelled 'the crop', 'every gene' and 'observed depth' load with those values."""
+    SCTrilemma.setup_anndata(small_adata)
+    model = SCTrilemma(small_adata, preset="paper", **tiny)
+    model.save(tmp_path / "model")
+    reference = read_reference(tmp_path / "model")
+    metadata = copy.deepcopy(reference.metadata)
+    config = metadata["config"]
+    config["non_kwargs"]["n_decoder_targets"] = None
+    config["kwargs"]["module_kwargs"].update(encoder_genes=None, embedding_depth_quantile=None)
+    loaded = SCTrilemma._from_parts(reference.module_state, metadata)
+    module = loaded.module
+    assert (module.n_decoder_targets, module.encoder_genes, module.embedding_depth_quantile) == (
+        "crop",
+        "all",
+        "observed",
+    )
+    for name, value in model.module.state_dict().items():
+        assert torch.equal(module.state_dict()[name], value), name
+
+
 def test_saved_model_keeps_its_resolved_sizes(small_adata, tmp_path, monkeypatch):
     """A saved model records its sizes, so it loads unchanged after a preset's defaults change."""
     SCTrilemma.setup_anndata(small_adata)
     model = SCTrilemma(small_adata, preset="small", posterior_logvar_init=-2.0)
     model.save(tmp_path / "model")
-    monkeypatch.setitem(PRESETS, "small", {**PRESETS["small"], "ffn_multiplier": 2.0, "n_decoder_targets": 64})
+    monkeypatch.setitem(
+        PRESETS["small"], "model", {**PRESETS["small"]["model"], "ffn_multiplier": 2.0, "n_decoder_targets": 64}
+    )
     loaded = SCTrilemma.load(tmp_path / "model", adata=small_adata)
     assert loaded.module.n_decoder_targets == 512
     assert torch.all(loaded.module.encoder.to_logvar.bias == -2.0)

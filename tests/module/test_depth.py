@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sctrilemma.module import SCTrilemmaModule, _depth, thin_to_depth
+from sctrilemma.module import SCTrilemmaModule, _inputs, thin_to_depth
 
 
 def test_cells_deeper_than_the_depth_keep_a_binomial_share_of_their_counts(counts: torch.Tensor) -> None:
@@ -38,7 +38,7 @@ def test_a_cell_is_thinned_the_same_way_in_any_batch_and_pass(
     assert torch.equal(thin_to_depth(counts, depth), thinned)  # the same counts, the same draw
     order = torch.randperm(counts.shape[0], generator=torch.Generator().manual_seed(0))[:40]
     assert torch.equal(thin_to_depth(counts[order], depth), thinned[order])
-    monkeypatch.setattr(_depth, "MOLECULES_PER_PASS", 5_000)  # a few cells per pass
+    monkeypatch.setattr(_inputs, "MOLECULES_PER_PASS", 5_000)  # a few cells per pass
     assert torch.equal(thin_to_depth(counts, depth), thinned)
     # thinned to nothing (a depth far below one count), a cell keeps its own counts
     assert torch.equal(thin_to_depth(counts[:5], 1e-6), counts[:5])

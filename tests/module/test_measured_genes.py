@@ -58,9 +58,9 @@ def test_training_crop_and_few_genes_keep_to_measured_genes(counts: torch.Tensor
     assert torch.equal(few.weights, half_measured[:, :40].float())
 
 
-@pytest.mark.parametrize("n_decoder_targets", [None, 32])
+@pytest.mark.parametrize("n_decoder_targets", ["crop", 32])
 def test_module_loss_ignores_unmeasured_genes_of_a_cells_dataset(
-    counts: torch.Tensor, module_sizes: dict, n_decoder_targets: int | None
+    counts: torch.Tensor, module_sizes: dict, n_decoder_targets: int | str
 ) -> None:
     module = SCTrilemmaModule(counts.shape[1], **module_sizes, prior="normal", n_decoder_targets=n_decoder_targets)
     module.train()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sctrilemma.module import SCTrilemmaModule, target_sample
-from sctrilemma.module._tokens import RARE_GENE_DETECTION, RARE_ZERO_SHARE, GeneDetection
+from sctrilemma.module._inputs import RARE_GENE_DETECTION, RARE_ZERO_SHARE, GeneDetection
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from sctrilemma.module import SCTrilemmaModule, expressed_crop, target_sample
-from sctrilemma.module._depth import drop_genes, encoder_training_input, thin_counts
-from sctrilemma.module._tokens import _uniform_stratum
+from sctrilemma.module._inputs import _uniform_stratum, drop_genes, encoder_training_input, thin_counts
 
 
 def test_every_target_sample_has_expressed_and_zero_count_targets(counts: torch.Tensor) -> None:
@@ -232,5 +231,5 @@ def test_invalid_options_are_refused(module_sizes: dict) -> None:
         SCTrilemmaModule(100, **module_sizes, min_depth_fraction=0.0)
     with pytest.raises(ValueError, match="gene_panel_min_fraction"):
         SCTrilemmaModule(100, **module_sizes, gene_panel_min_fraction=1.5)
-    with pytest.raises(ValueError, match="needs `n_decoder_targets` set"):
+    with pytest.raises(ValueError, match="needs `n_decoder_targets` a number"):
         SCTrilemmaModule(100, **module_sizes, gene_panel_min_fraction=0.5)

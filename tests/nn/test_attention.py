@@ -9,8 +9,7 @@ from torch import nn
 
 from sctrilemma.nn import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock, SwiGLU
 from sctrilemma.nn._attention import Workspace
-from sctrilemma.nn._feedforward import gated_silu
-from sctrilemma.nn._norm import unit_rms
+from sctrilemma.nn._layers import gated_silu, unit_rms
 
 N_HIDDEN, N_HEADS = 32, 4
 

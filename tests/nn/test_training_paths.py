@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from sctrilemma.nn import CrossAttention, CrossAttentionBlock
-from sctrilemma.nn._norm import unit_rms
+from sctrilemma.nn._layers import unit_rms
 
 
 def _gradients(output: torch.Tensor, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:

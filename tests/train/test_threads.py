@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sctrilemma import SCTrilemma
-from sctrilemma.model._presets import recipe_trainer_kwargs
+from sctrilemma.model._presets import trainer_arguments
 from sctrilemma.train import CpuThreadTuner, ThreadChooser, ThreadTunedLoader, _threads
 from sctrilemma.train._threads import thread_candidates
 
@@ -72,18 +72,24 @@ def test_candidates():
     assert thread_candidates(1) == [1]
 
 
+def _paper_recipe(uses_cuda: bool) -> dict:
+    """The paper preset's trainer keywords (no early stopping or weight average), on CPU or CUDA."""
+    recipe = {"early_stopping": None, "weight_averaging": None, "has_validation_cells": True}
+    return trainer_arguments("paper", {}, uses_cuda=uses_cuda, **recipe)
+
+
 def test_a_users_thread_choice_is_kept(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     monkeypatch.setattr(_threads, "THREADS_AT_IMPORT", torch.get_num_threads())
-    added = recipe_trainer_kwargs({}, uses_cuda=False)["callbacks"]
+    added = _paper_recipe(uses_cuda=False)["callbacks"]
     assert [type(callback) for callback in added] == [CpuThreadTuner]
-    assert "callbacks" not in recipe_trainer_kwargs({}, uses_cuda=True)
+    assert "callbacks" not in _paper_recipe(uses_cuda=True)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert "callbacks" not in recipe_trainer_kwargs({}, uses_cuda=False)
+    assert "callbacks" not in _paper_recipe(uses_cuda=False)
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(_threads, "THREADS_AT_IMPORT", torch.get_num_threads() + 1)  # set after import
-    assert "callbacks" not in recipe_trainer_kwargs({}, uses_cuda=False)
+    assert "callbacks" not in _paper_recipe(uses_cuda=False)
 
 
 def test_tuned_loader_yields_every_batch_and_restores_threads(two_threads):

@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping
 
 from sctrilemma import SCTrilemma
 from sctrilemma.model import _presets
-from sctrilemma.model._presets import early_stopping_kwargs, recipe_trainer_kwargs
+from sctrilemma.model._presets import PRESETS, trainer_arguments
 from sctrilemma.train import warmup_cosine
 from sctrilemma.train._trainingplan import planned_warmup
 
@@ -77,8 +77,8 @@ def test_max_steps_sets_epochs(small_adata, tiny):
 @pytest.mark.parametrize("preset", ["small", "paper"])
 def test_train_without_a_length_uses_the_presets_default(small_adata, tiny, monkeypatch, preset):
     """``model.train()`` as scVI users call it: the small preset's default steps, the paper preset's epochs."""
-    monkeypatch.setitem(_presets.DEFAULT_STEPS, "small", 5)
-    monkeypatch.setattr(_presets, "DEFAULT_EPOCHS_CAP", 2)
+    monkeypatch.setitem(PRESETS["small"]["train"], "max_steps", 5)
+    monkeypatch.setitem(PRESETS["paper"]["train"], "max_epochs_cap", 2)
     SCTrilemma.setup_anndata(small_adata)
     model = SCTrilemma(small_adata, preset=preset, **tiny, prior="normal")
     model.train(batch_size=100, enable_progress_bar=False)
@@ -88,7 +88,7 @@ def test_train_without_a_length_uses_the_presets_default(small_adata, tiny, monk
 
 def test_small_preset_trains_one_pass_when_its_default_steps_do_not_cover_the_cells(small_adata, tiny, monkeypatch):
     """A data set larger than the default steps cover trains one pass over its training cells, every cell seen once."""
-    monkeypatch.setitem(_presets.DEFAULT_STEPS, "small", 2)
+    monkeypatch.setitem(PRESETS["small"]["train"], "max_steps", 2)
     SCTrilemma.setup_anndata(small_adata)
     model = SCTrilemma(small_adata, preset="small", **tiny, prior="normal")
     model.train(batch_size=50, enable_progress_bar=False)
@@ -98,7 +98,7 @@ def test_small_preset_trains_one_pass_when_its_default_steps_do_not_cover_the_ce
 
 
 def test_default_training_length():
-    default = _presets.DEFAULT_STEPS["small"]
+    default = PRESETS["small"]["train"]["max_steps"]
     assert _presets.training_length("small", 1_000_000, None, None) == (None, default)
     assert _presets.training_length("small", 8_684, None, None, steps_per_epoch=123) == (None, default)
     assert _presets.training_length("small", 1_000_000, None, None, steps_per_epoch=14_063) == (None, 14_063)
@@ -109,11 +109,18 @@ def test_default_training_length():
     assert _presets.training_length("paper", 10_000, None, 7) == (None, 7)
 
 
-def test_recipe_trainer_kwargs_fill_only_what_the_user_left_unset():
-    assert recipe_trainer_kwargs({}, uses_cuda=False) == {"gradient_clip_val": 1.0}
-    assert recipe_trainer_kwargs({"gradient_clip_val": 0.5}, uses_cuda=False) == {"gradient_clip_val": 0.5}
+def _recipe(preset: str, trainer_kwargs: dict, **recipe) -> dict:
+    """The paper preset's trainer keywords with threads chosen by the user (no tuner) unless a test says otherwise."""
+    chosen = {"early_stopping": None, "weight_averaging": None, "uses_cuda": False, "has_validation_cells": True}
+    return trainer_arguments(preset, trainer_kwargs, **{**chosen, **recipe})
+
+
+def test_the_recipe_fills_only_what_the_user_left_unset(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # threads chosen: no thread tuner
+    assert _recipe("paper", {}) == {"gradient_clip_val": 1.0}
+    assert _recipe("paper", {"gradient_clip_val": 0.5}) == {"gradient_clip_val": 0.5}
     # CPU training is never switched to bf16, whatever the CPU supports.
-    assert "precision" not in recipe_trainer_kwargs({"logger": False}, uses_cuda=False)
+    assert "precision" not in _recipe("paper", {"logger": False})
 
 
 def test_cosine_follows_the_time_budget_when_it_is_spent_faster():
@@ -173,7 +180,7 @@ def test_decoder_gene_offsets_learn_at_their_own_rate(small_adata, tiny):
         max_steps=4,
         batch_size=32,
         enable_progress_bar=False,
-        plan_kwargs={"decoder_gene_offset_lr_scale": 3.0, "encoder_lr_steps": None},
+        plan_kwargs={"decoder_gene_offset_lr_scale": 3.0, "encoder_lr_steps": "run"},
         callbacks=[rates],
     )
     shared, own = model.trainer.optimizers[0].param_groups
@@ -199,7 +206,7 @@ def test_decoder_gene_offsets_learn_at_their_own_rate(small_adata, tiny):
     assert encoder["initial_lr"] == pytest.approx(shared["initial_lr"])
     # a module without offsets ignores their rate: no group of its own
     paper_like = SCTrilemma(small_adata, preset="small", decoder_gene_offset=False, **tiny)
-    paper_like.train(max_steps=1, batch_size=32, enable_progress_bar=False, plan_kwargs={"encoder_lr_steps": None})
+    paper_like.train(max_steps=1, batch_size=32, enable_progress_bar=False, plan_kwargs={"encoder_lr_steps": "run"})
     assert len(paper_like.trainer.optimizers[0].param_groups) == 1
     for wrong in (0.0, -1.0, "auto", True):
         with pytest.raises(ValueError, match="`decoder_gene_offset_lr_scale` must be a positive number"):
@@ -252,7 +259,7 @@ def test_the_encoder_stops_after_its_own_schedule_while_the_decoder_trains_on(sm
     # a run no longer than the encoder's schedule: one schedule for all, as without it
     rates = RecordRates()
     model.train(max_steps=5, batch_size=32, enable_progress_bar=False, early_stopping=False, callbacks=[rates])
-    assert model.trainer.lightning_module.encoder_lr_steps == _presets.DEFAULT_STEPS["small"]
+    assert model.trainer.lightning_module.encoder_lr_steps == PRESETS["small"]["plan"]["encoder_lr_steps"] == 1200
     for encoder, shared, _ in rates.seen:
         assert encoder == pytest.approx(shared)
     for wrong in (0, -3, 2.5, True, "1200"):
@@ -264,7 +271,7 @@ def test_a_run_within_the_encoders_schedule_is_unchanged_by_it(small_adata, tiny
     """Up to ``encoder_lr_steps`` the encoder's own group trains exactly as the single group did, bit for bit."""
     SCTrilemma.setup_anndata(small_adata, donor_key="donor")
     embeddings = []
-    for plan in ({"encoder_lr_steps": None}, {"encoder_lr_steps": 8}):
+    for plan in ({"encoder_lr_steps": "run"}, {"encoder_lr_steps": 8}):
         scvi.settings.seed = 0
         model = SCTrilemma(small_adata, preset="small", **tiny)
         model.train(max_steps=8, batch_size=32, enable_progress_bar=False, plan_kwargs=plan)
@@ -316,20 +323,28 @@ def _early_stopping(callbacks) -> list[EarlyStopping]:
     return [c for c in callbacks or [] if isinstance(c, EarlyStopping)]
 
 
-def test_early_stopping_is_added_unless_the_user_chose():
-    kwargs = early_stopping_kwargs("small", {"callbacks": ["keep"]}, has_validation_cells=True)
+def test_early_stopping_follows_the_preset_unless_the_user_chose(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    kwargs = _recipe("small", {"callbacks": ["keep"]}, weight_averaging=False)
     (stopper,) = _early_stopping(kwargs["callbacks"])
     assert kwargs["callbacks"][0] == "keep"
     assert (stopper.monitor, stopper.patience, stopper.strict) == ("reconstruction_loss_validation", 10, False)
     assert kwargs["check_val_every_n_epoch"] == 1
-    for chosen in ({"early_stopping": False}, {"early_stopping": True, "early_stopping_patience": 3}):
-        assert early_stopping_kwargs("small", chosen, has_validation_cells=True) == chosen
-    assert early_stopping_kwargs("small", {"max_time": 5}, has_validation_cells=False) == {"max_time": 5}
-    assert early_stopping_kwargs("paper", {}, has_validation_cells=True) == {}  # the paper trains a fixed length
+    assert _early_stopping(_recipe("small", {}, early_stopping=False).get("callbacks")) == []
+    # scvi-tools' keywords set the stop, on either preset
+    chosen = _recipe(
+        "paper", {"early_stopping_patience": 3, "early_stopping_monitor": "elbo_validation"}, early_stopping=True
+    )
+    (stopper,) = _early_stopping(chosen["callbacks"])
+    assert (stopper.monitor, stopper.patience) == ("elbo_validation", 3)
+    assert "early_stopping_patience" not in chosen
+    assert _early_stopping(_recipe("small", {"max_time": 5}, has_validation_cells=False).get("callbacks")) == []
+    assert _early_stopping(_recipe("paper", {}).get("callbacks")) == []  # the paper trains a fixed length
+    assert (_early_stopping(_recipe("small", {"early_stopping_patience": 4})["callbacks"])[0]).patience == 4
 
 
 def test_small_preset_stops_when_the_validation_reconstruction_stops_improving(small_adata, tiny, monkeypatch, caplog):
-    monkeypatch.setitem(_presets.EARLY_STOPPING_PATIENCE, "small", 1)
+    monkeypatch.setitem(PRESETS["small"]["train"], "early_stopping_patience", 1)
     SCTrilemma.setup_anndata(small_adata)
     model = SCTrilemma(small_adata, preset="small", **tiny, prior="normal", posterior_logvar_init=2.0)
     # At a learning rate this high the validation loss stops improving within a few epochs.

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback, EMAWeightAveraging
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, WeightAveraging
 
 from sctrilemma import SCTrilemma
-from sctrilemma.model._presets import weight_averaging_kwargs
+from sctrilemma.model._presets import trainer_arguments
 from sctrilemma.train import ExponentialWeightAverage, SCTrilemmaTrainingPlan
 
 
@@ -21,15 +21,21 @@ def test_the_average_warms_up_then_decays_and_leaves_counters_to_the_model():
         ExponentialWeightAverage(decay=1.0)
 
 
+def _averages(preset: str, trainer_kwargs: dict, weight_averaging: bool | None) -> list:
+    recipe = {"early_stopping": False, "uses_cuda": False, "has_validation_cells": True}
+    kwargs = trainer_arguments(preset, trainer_kwargs, weight_averaging=weight_averaging, **recipe)
+    return [c for c in kwargs.get("callbacks", []) if isinstance(c, WeightAveraging)]
+
+
 def test_weight_averaging_follows_the_preset_unless_chosen():
-    (small,) = weight_averaging_kwargs("small", {}, None)["callbacks"]
+    (small,) = _averages("small", {}, None)
     assert isinstance(small, ExponentialWeightAverage)
     assert small.decay == 0.99
-    assert weight_averaging_kwargs("paper", {}, None) == {}  # the paper's recipe keeps the trained weights
-    assert weight_averaging_kwargs("small", {"max_time": 5}, False) == {"max_time": 5}
-    assert isinstance(weight_averaging_kwargs("paper", {}, True)["callbacks"][0], ExponentialWeightAverage)
-    own = {"callbacks": [EMAWeightAveraging(decay=0.9)]}
-    assert weight_averaging_kwargs("small", own, None) == own
+    assert _averages("paper", {}, None) == []  # the paper's recipe keeps the trained weights
+    assert _averages("small", {"max_time": 5}, False) == []
+    assert isinstance(_averages("paper", {}, True)[0], ExponentialWeightAverage)
+    own = EMAWeightAveraging(decay=0.9)
+    assert _averages("small", {"callbacks": [own]}, None) == [own]
 
 
 class _RecordWeights(Callback):

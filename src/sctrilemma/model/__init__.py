@@ -1,4 +1,5 @@
 from ._label_transfer import LabelClassifier
 from ._model import SCTrilemma
+from ._presets import PRESETS
 
-__all__ = ["LabelClassifier", "SCTrilemma"]
+__all__ = ["PRESETS", "LabelClassifier", "SCTrilemma"]

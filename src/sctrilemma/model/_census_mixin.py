@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from scvi.model.base import UnsupervisedTrainingMixin
 
 from sctrilemma.data._census import CENSUS_OBS_FILTER, group_codes
-from sctrilemma.model._presets import recipe_trainer_kwargs, training_length
+from sctrilemma.model._presets import plan_arguments, trainer_arguments, training_length
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -117,14 +117,14 @@ class CensusMixin:
         max_steps: int | None,
         accelerator: str,
         devices,
-        plan_kwargs: dict,
-        uses_cuda: bool,
-        **trainer_kwargs,
+        plan_kwargs: dict | None,
+        recipe: dict,
+        trainer_kwargs: dict,
     ) -> None:
-        """Train on the bound data module; the same recipe as the in-memory path."""
+        """Train on the bound data module with the preset's recipe; ``recipe`` is ``trainer_arguments``' keywords."""
         datamodule = self.datamodule
         self.module.train()
-        if trainer_kwargs.get("sync_batchnorm") and not uses_cuda:
+        if trainer_kwargs.get("sync_batchnorm") and not recipe["uses_cuda"]:
             raise ValueError(
                 "`sync_batchnorm=True` converts BatchNorm to torch.nn.SyncBatchNorm, which runs only on GPU. Leave it "
                 "out: sctrilemma's posterior BatchNorm already all-reduces its batch statistics across DDP ranks."
@@ -132,11 +132,12 @@ class CensusMixin:
         if self.module.prior is not None:
             self._set_source_codes(datamodule)
         max_epochs, max_steps = training_length(self._preset, datamodule.n_obs, max_epochs, max_steps)
+        trainer_kwargs = trainer_arguments(self._preset, trainer_kwargs, has_validation_cells=False, **recipe)
         if max_steps is not None:
             trainer_kwargs["max_steps"] = max_steps
             max_epochs = max_steps  # every epoch has at least one step; max_steps stops training
-        trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, uses_cuda)
         trainer_kwargs["callbacks"] = [*trainer_kwargs.get("callbacks", []), _NewShufflePerEpoch()]
+        plan_kwargs = plan_arguments(self._preset, plan_kwargs)
         # SCTrilemma.train's AnnData split does not apply: call the scvi-tools mixin directly.
         UnsupervisedTrainingMixin.train(
             self,

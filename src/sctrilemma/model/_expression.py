@@ -16,7 +16,6 @@ from scvi.model.base import RNASeqMixin
 from sctrilemma._constants import SCT_MODULE_KEYS
 from sctrilemma.model._utils import gene_names
 from sctrilemma.module._analysis import observed_library
-from sctrilemma.train._threads import ThreadTunedLoader, user_chose_threads
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterator, Sequence
@@ -99,16 +98,6 @@ class ExpressionMixin:
         if missing.size:
             rows[missing], have[missing] = decode(missing), True
         return rows[cells]
-
-    def _make_data_loader(self, *args, **kwargs):
-        """scvi-tools' inference data loader; on the CPU its batches run at the fastest of a few thread counts.
-
-        Unless the user set torch's thread count: see :class:`~sctrilemma.train.ThreadChooser`.
-        """
-        loader = super()._make_data_loader(*args, **kwargs)
-        if self.device.type == "cpu" and not user_chose_threads():
-            return ThreadTunedLoader(loader)
-        return loader
 
     @property
     def precision(self) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -23,38 +22,30 @@ from sctrilemma._validation import (
     registered_matrix_name,
 )
 from sctrilemma.model._census_mixin import CensusMixin
+from sctrilemma.model._data_setup import DataSetupMixin
 from sctrilemma.model._expression import ExpressionMixin
-from sctrilemma.model._gene_init import initialize_from_data
 from sctrilemma.model._label_transfer import LabelTransferMixin
-from sctrilemma.model._memory import fit_batch_to_memory
 from sctrilemma.model._minify_mixin import MinifyMixin, is_minified_without_counts
 from sctrilemma.model._presets import (
-    BATCH_SIZES,
-    PRESETS,
-    TRAINING_DEFAULTS,
-    early_stopping_kwargs,
-    progress_bar_kwargs,
-    recipe_trainer_kwargs,
-    resolve_preset,
-    training_length,
-    weight_averaging_kwargs,
+    SCTrilemmaTrainRunner,
+    fit_batch_to_memory,
+    model_settings,
+    preset_settings,
+    training_arguments,
 )
-from sctrilemma.model._prior_setup import PriorSetupMixin
 from sctrilemma.model._reference_mixin import ReferenceMixin
-from sctrilemma.model._train_runner import SCTrilemmaTrainRunner
 from sctrilemma.model._utils import (
     check_cells_have_counts,
     count_matrix,
-    depth_and_expressed_genes_per_cell,
     gene_names,
     gene_symbols,
     layer_matrix,
-    measured_genes_per_dataset,
     refuse_scvi_covariates,
     training_split,
 )
 from sctrilemma.module import SCTrilemmaModule
 from sctrilemma.train import SCTrilemmaTrainingPlan
+from sctrilemma.train._threads import ThreadTunedLoader, user_chose_threads
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,13 +54,11 @@ if TYPE_CHECKING:
     from mudata import MuData
 
     from sctrilemma.model._presets import Preset
-    from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
+    from sctrilemma.nn._layers import DecoderQuery, GeneEncoding, Pooling
 
 logger = logging.getLogger(__name__)
 
 MIN_EXPRESSED_GENES = 5
-# scvi-tools' logging interval in steps; Lightning warns when an epoch is shorter, so short epochs log once each.
-LOG_EVERY_N_STEPS = 10
 PriorOption = Literal["pseudobulk", "normal", "shuffled"]
 
 
@@ -79,7 +68,7 @@ class SCTrilemma(
     ReferenceMixin,
     LabelTransferMixin,
     ExpressionMixin,
-    PriorSetupMixin,
+    DataSetupMixin,
     RNASeqMixin,
     VAEMixin,
     UnsupervisedTrainingMixin,
@@ -94,9 +83,10 @@ class SCTrilemma(
     registry
         Registry of a saved model; used by :meth:`load` to build a model without data.
     preset
-        ``"paper"`` (the paper's sizes and recipe) or ``"small"`` (CPU-sized); the size arguments below override
-        it, as does any other preset setting given as a keyword argument (``encoder_genes=None`` included). The
-        default is ``"small"`` on every machine; the device chooses precision and kernels, never the model.
+        ``"paper"`` (the paper's sizes and recipe) or ``"small"`` (CPU-sized), the same on every machine: the
+        device chooses precision and kernels, never the model. Its settings are ``PRESETS[preset]["model"]`` in
+        :mod:`sctrilemma.model`; the arguments below, and any other of those settings given as a keyword argument
+        (e.g. ``encoder_genes="all"``), override them. An argument left at ``None`` takes the preset's value.
     n_hidden
         Token width ``d``.
     n_latent_tokens
@@ -110,7 +100,7 @@ class SCTrilemma(
     dropout_rate
         Dropout rate.
     n_decoder_targets
-        Decoder targets per cell in training: ``None`` reconstructs the paper's crop; a number samples
+        Decoder targets per cell in training: ``"crop"`` reconstructs the paper's crop; a number samples
         that many genes per cell with weights (see :class:`~sctrilemma.module.SCTrilemmaModule`).
     prior
         ``"pseudobulk"`` (PB-Cond), ``"normal"``, or ``"shuffled"`` (PB-Cond, groups permuted to codes: a control).
@@ -154,7 +144,7 @@ class SCTrilemma(
         n_decoder_layers: int | None = None,
         n_heads: int | None = None,
         dropout_rate: float | None = None,
-        n_decoder_targets: int | None = None,
+        n_decoder_targets: int | Literal["crop"] | None = None,
         prior: PriorOption = "pseudobulk",
         n_prior_codes: int = 32,
         gene_encoding: GeneEncoding = "gate",
@@ -165,8 +155,7 @@ class SCTrilemma(
         super().__init__(adata, registry)
         if prior not in ("pseudobulk", "normal", "shuffled"):
             raise ValueError(f"`prior` must be 'pseudobulk', 'normal' or 'shuffled', got {prior!r}.")
-        # preset settings passed as module keyword arguments override the preset too, ``None`` included
-        given = {key: module_kwargs.pop(key) for key in list(module_kwargs) if key in PRESETS.get(preset, {})}
+        preset_keys = preset_settings(preset)["model"]
         named = {
             "n_hidden": n_hidden,
             "n_latent_tokens": n_latent_tokens,
@@ -176,8 +165,9 @@ class SCTrilemma(
             "n_heads": n_heads,
             "dropout_rate": dropout_rate,
             "n_decoder_targets": n_decoder_targets,
+            **{key: module_kwargs.pop(key) for key in list(module_kwargs) if key in preset_keys},
         }
-        sizes = {**resolve_preset(preset, named), **given}
+        sizes = model_settings(preset, named)
         self.prior_ = prior
         self._preset = preset
         self.pseudobulk_codebook_: dict | None = None
@@ -360,18 +350,18 @@ class SCTrilemma(
         datasplitter_kwargs: dict | None = None,
         plan_kwargs: dict | None = None,
         check_memory: bool = True,
+        early_stopping: bool | None = None,
         weight_averaging: bool | None = None,
         **trainer_kwargs,
     ) -> None:
-        """Train with the paper's recipe through scvi-tools' trainer.
+        """Train through scvi-tools' runner with :class:`~sctrilemma.train.SCTrilemmaTrainingPlan`.
 
-        AdamW (lr 2e-4 for the paper preset, weight decay 1e-4), linear warm-up over 5 % of steps then cosine decay,
-        KL weight rising linearly to 5e-4 over 10 % of steps, gradient clipping at 1.0, and ``precision="bf16-mixed"``
-        on CUDA. Cells with fewer than ``min_expressed_genes`` expressed genes are left out of training (they go to the
-        test split). The small preset's encoder, and so the embedding, stops after 1,200 steps (``encoder_lr_steps``)
-        while a longer run trains the decoder on; its runs end once the validation reconstruction loss has not
-        improved for 10 epochs (``early_stopping=False``: the full length; ``True``: scvi-tools' ``early_stopping_*``),
-        and it validates on and keeps an exponential moving average of its weights.
+        Every argument left at ``None`` takes the preset's value (``PRESETS[preset]["train"]`` and ``["plan"]`` in
+        :mod:`sctrilemma.model`; the user guide's table). Both presets use AdamW with a linear warm-up then cosine
+        decay, a KL weight rising linearly to 5e-4, gradient clipping at 1.0 and ``precision="bf16-mixed"`` on CUDA.
+        Cells with fewer than ``min_expressed_genes`` expressed genes are left out of training (they go to the test
+        split). The small preset's encoder, and so the embedding, stops learning after 1,200 steps
+        (``encoder_lr_steps``) while a longer run trains the decoder on.
 
         Parameters
         ----------
@@ -382,7 +372,7 @@ class SCTrilemma(
             AnnData, one pass over the training cells where that is longer), the paper preset scVI's
             :func:`~scvi.model.get_max_epochs_heuristic` capped at 50 epochs.
         batch_size
-            Cells per step; by default the preset's: 256 (``"paper"``, per GPU as in the paper) or 64 (``"small"``).
+            Cells per step: 256 (``"paper"``, per GPU as in the paper) or 64 (``"small"``) by default.
         train_size, validation_size
             Split fractions as in scvi-tools (default 0.9 train, rest validation).
         accelerator, devices
@@ -393,14 +383,20 @@ class SCTrilemma(
             Passed to :class:`~scvi.dataloaders.DataSplitter`. ``{"external_indexing": [train, validation, test]}``
             replaces the model's split (then ``min_expressed_genes`` is not applied).
         plan_kwargs
-            Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan`; ``lr`` is 2e-4 (paper) or 5e-3 (small).
+            Passed to :class:`~sctrilemma.train.SCTrilemmaTrainingPlan`, over the preset's (``lr`` 2e-4 for the paper
+            preset, 5e-3 for the small one).
         check_memory
             Off CUDA, shrink ``batch_size`` to fit the memory available (with a warning) before training.
+        early_stopping
+            End training once the validation cells' ``early_stopping_monitor`` has not improved for
+            ``early_stopping_patience`` epochs (scvi-tools' keywords, given as ``trainer_kwargs``); one log line says
+            so. ``None``: as the preset (on, 10 epochs of the reconstruction loss, for the small preset; off for the
+            paper's).
         weight_averaging
-            Validate on and keep :class:`~sctrilemma.train.ExponentialWeightAverage` of the weights; ``None``: as the
-            preset (the small preset's recipe, not the paper's).
+            Validate on and end with :class:`~sctrilemma.train.ExponentialWeightAverage` of the weights; ``None``: as
+            the preset (on for the small preset, off for the paper's).
         **trainer_kwargs
-            Passed to :class:`~scvi.train.Trainer` (e.g. ``strategy``, ``num_nodes``).
+            Passed to :class:`~scvi.train.Trainer` (e.g. ``max_time``, ``strategy``, ``num_nodes``).
 
         Notes
         -----
@@ -411,44 +407,34 @@ class SCTrilemma(
         self._refuse_training_if_minified()
         if self._nothing_to_train():
             return None
-        plan_kwargs = {**TRAINING_DEFAULTS[self._preset], **(plan_kwargs or {})}
-        batch_size = BATCH_SIZES[self._preset] if batch_size is None else batch_size
-        trainer_kwargs = weight_averaging_kwargs(self._preset, trainer_kwargs, weight_averaging)
+        uses_cuda = torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")
+        recipe = {"early_stopping": early_stopping, "weight_averaging": weight_averaging, "uses_cuda": uses_cuda}
         if self.datamodule is not None:
             return self._train_streamed(
-                max_epochs, max_steps, accelerator, devices, plan_kwargs, _uses_cuda(accelerator), **trainer_kwargs
+                max_epochs, max_steps, accelerator, devices, plan_kwargs, recipe, trainer_kwargs
             )
-        # Lightning does not switch modules back to training mode after load or a previous fit.
-        if check_memory and not _uses_cuda(accelerator):
+        batch_size = preset_settings(self._preset)["train"]["batch_size"] if batch_size is None else batch_size
+        if check_memory and not uses_cuda:
             batch_size = fit_batch_to_memory(self.module, self.summary_stats.n_vars, batch_size, self._preset)
-        self.module.train()
-        depth, n_expressed = depth_and_expressed_genes_per_cell(self.adata_manager)  # refuses cells without counts
-        self._prepare_prior(self.adata)
-        self.module.measured_genes = measured_genes_per_dataset(self.adata_manager)
-        initialize_from_data(self, depth)
+        n_expressed = self._prepare_training()
         datasplitter_kwargs = dict(datasplitter_kwargs or {})
         splits = datasplitter_kwargs.get("external_indexing") or training_split(
             n_expressed, train_size, validation_size, min_expressed_genes, seed=settings.seed
         )
         datasplitter_kwargs["external_indexing"] = splits
-        steps_per_epoch = max(1, math.ceil(np.asarray(splits[0]).size / batch_size))
-        max_epochs, max_steps = training_length(self._preset, self.adata.n_obs, max_epochs, max_steps, steps_per_epoch)
-        if max_steps is not None:
-            max_epochs = math.ceil(max_steps / steps_per_epoch)
-            trainer_kwargs["max_steps"] = max_steps
-        trainer_kwargs = recipe_trainer_kwargs(trainer_kwargs, _uses_cuda(accelerator))
-        trainer_kwargs = early_stopping_kwargs(self._preset, trainer_kwargs, np.asarray(splits[1]).size > 0)
-        trainer_kwargs = progress_bar_kwargs(trainer_kwargs)
-        trainer_kwargs.setdefault("log_every_n_steps", min(LOG_EVERY_N_STEPS, steps_per_epoch))
-        super().train(
-            max_epochs=max_epochs,
-            accelerator=accelerator,
-            devices=devices,
+        arguments = training_arguments(
+            self._preset,
+            n_obs=self.adata.n_obs,
+            n_training_cells=np.asarray(splits[0]).size,
             batch_size=batch_size,
-            datasplitter_kwargs=datasplitter_kwargs,
+            max_epochs=max_epochs,
+            max_steps=max_steps,
             plan_kwargs=plan_kwargs,
-            **trainer_kwargs,
+            trainer_kwargs=trainer_kwargs,
+            has_validation_cells=np.asarray(splits[1]).size > 0,
+            **recipe,
         )
+        super().train(accelerator=accelerator, devices=devices, datasplitter_kwargs=datasplitter_kwargs, **arguments)
         self._fix_embedding_centres(self.adata, keep=False)
 
     # ------------------------------------------------------------------ outputs
@@ -485,6 +471,16 @@ class SCTrilemma(
         kwargs = {"give_mean": give_mean, "mc_samples": mc_samples, "return_dist": return_dist}
         return self._centred_on_prior(get_latent, adata, indices, batch_size, dataloader, **kwargs)
 
+    def _make_data_loader(self, *args, **kwargs):
+        """scvi-tools' inference data loader; on the CPU its batches run at the fastest of a few thread counts.
+
+        Unless the user set torch's thread count: see :class:`~sctrilemma.train.ThreadChooser`.
+        """
+        loader = super()._make_data_loader(*args, **kwargs)
+        if self.device.type == "cpu" and not user_chose_threads():
+            return ThreadTunedLoader(loader)
+        return loader
+
     def _check_cells_have_counts(self, adata: AnnData | MuData, indices: Sequence[int] | None) -> None:
         check_cells_have_counts(self.get_anndata_manager(adata, required=True), indices)
 
@@ -493,7 +489,3 @@ def _check_cell_expression(matrix, obs_names, where: str) -> None:
     # + 2: this helper and setup_anndata/setup_mudata sit between the user's call and the warning.
     stacklevel = settings.warnings_stacklevel + 2
     check_cell_expression(matrix, obs_names, where=where, min_genes=MIN_EXPRESSED_GENES, stacklevel=stacklevel)
-
-
-def _uses_cuda(accelerator: str) -> bool:
-    return torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda")

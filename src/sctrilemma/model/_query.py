@@ -21,7 +21,7 @@ from sctrilemma._validation import (
 from sctrilemma.data._genes import find_symbol_column, match_genes
 
 if TYPE_CHECKING:
-    from sctrilemma.model._model import SCTrilemma
+    from scvi.model.base import BaseModelClass
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ MIN_ENCODER_GENE_SHARE = 0.5
 
 def project_query(
     adata: ad.AnnData,
-    model: SCTrilemma,
+    model: BaseModelClass,
     layer: str | None = None,
     donor_key: str | None = None,
     dataset_key: str | None = None,
@@ -155,7 +155,7 @@ def warn_if_few_encoder_genes(encoder_reads: np.ndarray, query: ad.AnnData, gene
     warnings.warn(
         f"The query measures {n_measured} of the {n_reads} genes the reference's encoder reads ({which}), so its "
         "cells are embedded from those alone. Where that loses cell identity, a reference whose encoder reads every "
-        "gene with a random share hidden in training (`SCTrilemma(reference, preset='small', encoder_genes=None, "
+        "gene with a random share hidden in training (`SCTrilemma(reference, preset='small', encoder_genes='all', "
         "gene_panel_min_fraction=0.1)`) can do better; see the user guide, 'References from several studies'.",
         UserWarning,
         stacklevel=settings.warnings_stacklevel,

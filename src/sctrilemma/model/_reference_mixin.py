@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# What a saved ``None`` meant for the settings that now name that value.
+SAVED_NONE_MEANT = {"n_decoder_targets": "crop", "encoder_genes": "all", "embedding_depth_quantile": "observed"}
+
 REFERENCE_ATTRIBUTES = ("prior_", "is_trained_", "embedding_centres_")
 SPLIT_ATTRIBUTES = ("train_indices", "validation_indices", "test_indices")
 
@@ -141,7 +144,10 @@ class ReferenceMixin:
         config = metadata["config"]
         kwargs = {k: v for group in config.get("kwargs", {}).values() for k, v in group.items()}
         kwargs.setdefault("embedding_centred_on_prior", False)  # saved before the setting: embed as they did
-        model = cls(None, registry=registry, **config["non_kwargs"], **kwargs)
+        non_kwargs = dict(config["non_kwargs"])
+        for group in (kwargs, non_kwargs):  # models saved when ``None`` spelled these settings' own values
+            group.update({k: SAVED_NONE_MEANT[k] for k, v in group.items() if v is None and k in SAVED_NONE_MEANT})
+        model = cls(None, registry=registry, **non_kwargs, **kwargs)
         model.module.load_state_dict(module_state)
         model.gene_names_ = np.asarray(metadata["genes"], dtype=object)
         symbols = metadata.get("gene_symbols")

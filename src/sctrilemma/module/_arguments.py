@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import numbers
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def check_module_arguments(
@@ -15,12 +19,12 @@ def check_module_arguments(
     n_encoder_layers: int,
     n_decoder_layers: int,
     n_heads: int,
-    n_decoder_targets: int | None,
+    n_decoder_targets: int | str,
     min_depth_fraction: float,
     gene_panel_min_fraction: float,
-    embedding_depth_quantile: float | None,
+    embedding_depth_quantile: float | str,
     gene_embedding_init: str,
-    encoder_genes: int | None,
+    encoder_genes: int | str,
     decoder_gene_offset: bool | str,
     **other_arguments: Any,
 ) -> None:
@@ -36,26 +40,33 @@ def check_module_arguments(
                         "n_decoder_layers": n_decoder_layers, "n_heads": n_heads}.items():  # fmt: skip
         if int(value) < 1:
             raise ValueError(f"`{name}` must be a positive integer, got {value}.")
-    if n_decoder_targets is not None and int(n_decoder_targets) < 4:
-        raise ValueError(f"`n_decoder_targets` must be None or an integer >= 4, got {n_decoder_targets}.")
+    _check_number_or(n_decoder_targets, "crop", "n_decoder_targets", "an integer >= 4", lambda n: n >= 4)
     for name, fraction in {"min_depth_fraction": min_depth_fraction,
                            "gene_panel_min_fraction": gene_panel_min_fraction}.items():  # fmt: skip
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"`{name}` must be in (0, 1], got {fraction}.")
-    if gene_panel_min_fraction < 1.0 and n_decoder_targets is None:
+    if gene_panel_min_fraction < 1.0 and n_decoder_targets == "crop":
         raise ValueError(
-            "`gene_panel_min_fraction` below 1 needs `n_decoder_targets` set (the small preset): with the paper's "
+            "`gene_panel_min_fraction` below 1 needs `n_decoder_targets` a number (the small preset): with the paper's "
             "crop the decoder reconstructs the genes the encoder reads, so hidden genes would leave its targets too."
         )
-    if embedding_depth_quantile is not None and not 0.0 <= embedding_depth_quantile <= 1.0:
-        raise ValueError(f"`embedding_depth_quantile` must be None or in [0, 1], got {embedding_depth_quantile}.")
+    _check_number_or(embedding_depth_quantile, "observed", "embedding_depth_quantile", "a number in [0, 1]",
+                     lambda q: 0.0 <= q <= 1.0)  # fmt: skip
     if gene_embedding_init not in ("normal", "pca", "auto"):
         raise ValueError(f"`gene_embedding_init` must be 'normal', 'pca' or 'auto', got {gene_embedding_init!r}.")
-    if encoder_genes is not None and (int(encoder_genes) < 1 or n_decoder_targets is None):
+    _check_number_or(encoder_genes, "all", "encoder_genes", "a positive integer", lambda n: n >= 1)
+    if encoder_genes != "all" and n_decoder_targets == "crop":
         raise ValueError(
-            f"`encoder_genes` must be None or a positive integer with `n_decoder_targets` set (the encoder's crop "
-            f"must be its own, not the decoder's targets), got {encoder_genes} with n_decoder_targets="
-            f"{n_decoder_targets}."
+            f"`encoder_genes={encoder_genes}` needs `n_decoder_targets` a number (the encoder's crop must be its own, "
+            "not the decoder's targets); pass `encoder_genes='all'` or a number of `n_decoder_targets`."
         )
     if decoder_gene_offset not in (True, False, "auto"):
         raise ValueError(f"`decoder_gene_offset` must be True, False or 'auto', got {decoder_gene_offset!r}.")
+
+
+def _check_number_or(value: Any, word: str, name: str, number: str, accepts: Callable[[float], bool]) -> None:
+    """A ``ValueError`` unless ``value`` is ``word`` or a number that ``accepts``."""
+    if value == word:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not accepts(value):
+        raise ValueError(f"`{name}` must be {word!r} or {number}, got {value!r}.")

@@ -14,7 +14,7 @@ from sctrilemma.nn import CrossAttentionBlock, QueryRouter, ShortContextBlock
 from sctrilemma.nn._attention import PreparedCache, Workspace
 
 if TYPE_CHECKING:
-    from sctrilemma.nn._gates import DecoderQuery
+    from sctrilemma.nn._layers import DecoderQuery
 
 # Gene queries decoded at once in CPU training: one group's activations stay in cache from one operator to the
 # next, forward and backward (measured 12-16 % off a small-preset step; benchmarks/speed_tricks.py).

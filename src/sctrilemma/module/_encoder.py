@@ -8,14 +8,14 @@ import torch
 from torch import nn
 
 from sctrilemma._normalize import log1p_cp10k_tensor
+from sctrilemma.module._inputs import GeneCrop
 from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN
-from sctrilemma.module._tokens import GeneCrop
 from sctrilemma.nn import CrossAttentionBlock, ExpressionGate, LongContextBlock, RankSyncedBatchNorm1d
 from sctrilemma.nn._attention import PreparedCache, Workspace
-from sctrilemma.nn._norm import unit_rms
+from sctrilemma.nn._layers import unit_rms
 
 if TYPE_CHECKING:
-    from sctrilemma.nn._gates import GeneEncoding
+    from sctrilemma.nn._layers import GeneEncoding
 
 # Gene tokens (cells x positions) encoded at once in evaluation: bounds activation memory per batch.
 EVAL_TOKEN_BUDGET = 8192

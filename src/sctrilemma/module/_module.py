@@ -17,20 +17,21 @@ from sctrilemma._constants import SCT_REGISTRY_KEYS
 from sctrilemma.module._analysis import AnalysisModuleMixin
 from sctrilemma.module._arguments import check_module_arguments
 from sctrilemma.module._decoder import ZINBDecoder
-from sctrilemma.module._depth import encoder_training_input, thin_to_depth
 from sctrilemma.module._encoder import PerceiverEncoder
-from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
-from sctrilemma.module._tokens import (
+from sctrilemma.module._inputs import (
     GeneCrop,
     GeneDetection,
+    encoder_training_input,
     expressed_crop,
     target_sample,
+    thin_to_depth,
     training_crop,
 )
+from sctrilemma.module._prior import LOGVAR_MAX, LOGVAR_MIN, PseudobulkPrior, gaussian_kl
 from sctrilemma.nn import TokenPooling
 
 if TYPE_CHECKING:
-    from sctrilemma.nn._gates import DecoderQuery, GeneEncoding, Pooling
+    from sctrilemma.nn._layers import DecoderQuery, GeneEncoding, Pooling
 
 PriorKind = Literal["pseudobulk", "normal"]
 GeneEmbeddingInit = Literal["normal", "pca", "auto"]
@@ -71,7 +72,7 @@ class SCTrilemmaModule(
     gene_encoding, decoder_query, pooling
         Component switches; the paper's model is ``"gate"``, ``"gate"``, ``"mean"``.
     n_decoder_targets
-        ``None`` (the paper): in training the encoder reads the paper's random crop and the decoder
+        ``"crop"`` (the paper): in training the encoder reads the paper's random crop and the decoder
         reconstructs the same crop, with the softmax and library taken over the crop. A number ``T``:
         the encoder reads each cell's top-``crop_size`` expressed genes in training as in embedding,
         and the decoder reconstructs ``T`` genes per cell sampled by :func:`~sctrilemma.module.target_sample`,
@@ -83,17 +84,18 @@ class SCTrilemmaModule(
         the latent tokens at unit noise; a negative value starts them less noisy, so a short run's
         decoder can read the cell from its tokens before the head has learned to shrink the noise.
     min_depth_fraction
-        With ``n_decoder_targets`` set and a value below 1, the encoder reads each training cell's
+        With ``n_decoder_targets`` a number and a value below 1, the encoder reads each training cell's
         counts binomially thinned to a random fraction of its depth (log-uniform in
         ``[min_depth_fraction, 1]``) while the decoder still reconstructs the full counts, so the
         posterior learns to be the same at any sequencing depth. ``1`` (the paper) never thins.
     gene_panel_min_fraction
-        With ``n_decoder_targets`` set and a value below 1, the encoder reads each training cell with a random share
-        of its genes zeroed, the share kept log-uniform in ``[gene_panel_min_fraction, 1]``, so that it learns to
-        embed cells from any subset of its genes, as a query measured on a narrower panel. ``1`` (the paper) keeps all.
+        With ``n_decoder_targets`` a number and a value below 1, the encoder reads each training cell with a random
+        share of its genes zeroed, the share kept log-uniform in ``[gene_panel_min_fraction, 1]``, so that it learns
+        to embed cells from any subset of its genes, as a query measured on a narrower panel. ``1`` (the paper) keeps
+        all.
     embedding_depth_quantile
-        ``None`` (the paper): the encoder reads each cell's counts as they are outside training. A quantile ``q``:
-        outside training (embedding, reconstruction, validation) every cell deeper than the ``q``-quantile of the
+        ``"observed"`` (the paper): the encoder reads each cell's counts as they are outside training. A quantile
+        ``q``: outside training (embedding, reconstruction, validation) every cell deeper than the ``q``-quantile of the
         training cells' depths is first thinned to that depth by :func:`~sctrilemma.module.thin_to_depth`, so
         that depth no longer reaches the embedding through the encoder's input. The depth is fitted by
         :meth:`fit_embedding_depth` when training starts and saved with the weights (``embedding_depth``).
@@ -102,8 +104,8 @@ class SCTrilemmaModule(
         the principal components of the training data, set by the model when its training starts) or ``"auto"``
         (``"pca"`` above 3,000 genes, where each gene is sampled too rarely to learn its embedding from a random start).
     encoder_genes
-        ``None`` (the paper): the encoder's crop may take any gene. A number ``n`` (with ``n_decoder_targets`` set):
-        on data with more than ``n`` genes the crop takes each cell's top expressed genes among the ``n`` most
+        ``"all"`` (the paper): the encoder's crop may take any gene. A number ``n`` (with ``n_decoder_targets`` a
+        number): on data with more than ``n`` genes the crop takes each cell's top expressed genes among the ``n`` most
         variable ones only (``encoder_gene_mask``, set by the model when its training starts and saved with the
         weights), while the decoder still reconstructs every gene.
     decoder_gene_offset
@@ -148,13 +150,13 @@ class SCTrilemmaModule(
         gene_encoding: GeneEncoding = "gate",
         decoder_query: DecoderQuery = "gate",
         pooling: Pooling = "mean",
-        n_decoder_targets: int | None = None,
+        n_decoder_targets: int | Literal["crop"] = "crop",
         posterior_logvar_init: float = 0.0,
         min_depth_fraction: float = 1.0,
-        embedding_depth_quantile: float | None = None,
+        embedding_depth_quantile: float | Literal["observed"] = "observed",
         gene_embedding_init: GeneEmbeddingInit = "normal",
         decoder_gene_offset: bool | Literal["auto"] = False,
-        encoder_genes: int | None = None,
+        encoder_genes: int | Literal["all"] = "all",
         embedding_centred_on_prior: bool = False,
         gene_panel_min_fraction: float = 1.0,
     ) -> None:
@@ -313,7 +315,7 @@ class SCTrilemmaModule(
         In eval mode the tokens are each cell's top expressed genes and ``z`` is the posterior mean
         (sampled only when ``n_samples > 1``); in training mode ``z`` is sampled and the tokens are the
         paper's random training crop, or the same top expressed genes with ties broken at random when
-        ``n_decoder_targets`` is set. ``"qz"`` and ``"z"`` are the pooled cell-level quantities
+        ``n_decoder_targets`` is a number. ``"qz"`` and ``"z"`` are the pooled cell-level quantities
         (``r`` and ``s`` of the paper); the token-level ones are under their own keys.
         """
         if crop is None and not self.training and self.embedding_depth > 0:
@@ -322,7 +324,7 @@ class SCTrilemmaModule(
         if crop is None:
             if not self.training:
                 crop = expressed_crop(x, self.crop_size, among=self._encoder_genes())
-            elif self.n_decoder_targets is None:
+            elif self.n_decoder_targets == "crop":
                 crop = training_crop(x, self.crop_size)
             else:
                 among = self._encoder_genes()
@@ -345,7 +347,7 @@ class SCTrilemmaModule(
 
     def fit_embedding_depth(self, library: np.ndarray) -> None:
         """Set ``embedding_depth`` to the ``embedding_depth_quantile`` of the training cells' depths ``library``."""
-        if self.embedding_depth_quantile is not None:
+        if self.embedding_depth_quantile != "observed":
             self.embedding_depth.fill_(float(np.quantile(library, self.embedding_depth_quantile)))
 
     def inference_outputs(
@@ -379,7 +381,7 @@ class SCTrilemmaModule(
         target = inference_outputs[KEYS.CROP_KEY]
         x = tensors[REGISTRY_KEYS.X_KEY].to(target.counts.device)
         measured = self._measured_genes_of(tensors, x)
-        if self.n_decoder_targets is not None:
+        if self.n_decoder_targets != "crop":
             if self.training:
                 self.gene_detection.update(x)
             rare_genes = self.gene_detection.rare_genes()

@@ -1,7 +1,5 @@
 from ._attention import CrossAttention, CrossAttentionBlock, LongContextBlock, ShortContextBlock
-from ._batchnorm import RankSyncedBatchNorm1d
-from ._feedforward import SwiGLU
-from ._gates import ExpressionGate, QueryRouter, TokenPooling
+from ._layers import ExpressionGate, QueryRouter, RankSyncedBatchNorm1d, SwiGLU, TokenPooling
 
 __all__ = [
     "CrossAttention",

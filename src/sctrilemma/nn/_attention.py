@@ -13,8 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sctrilemma.nn._feedforward import SwiGLU
-from sctrilemma.nn._norm import unit_rms
+from sctrilemma.nn._layers import SwiGLU, unit_rms
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

@@ -1,7 +1,6 @@
-from ._progress import ReportedEarlyStopping, TimeBudgetProgressBar
+from ._callbacks import ExponentialWeightAverage, ReportedEarlyStopping, TimeBudgetProgressBar
 from ._threads import CpuThreadTuner, ThreadChooser, ThreadTunedLoader
 from ._trainingplan import SCTrilemmaTrainingPlan, warmup_cosine
-from ._weight_averaging import ExponentialWeightAverage
 
 __all__ = [
     "CpuThreadTuner",

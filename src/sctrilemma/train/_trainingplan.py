@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from lightning.pytorch.callbacks import Callback, Timer
 from scvi.train import TrainingPlan
@@ -60,13 +60,13 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         ``n_epochs_kl_warmup`` or ``n_steps_kl_warmup`` is given.
     decoder_gene_offset_lr_scale
         Learning rate of the decoder's gene offsets (``decoder_gene_offset`` of the module), as a multiple of ``lr``;
-        ignored by a module without them. The small preset's default is 2 (``TRAINING_DEFAULTS``).
+        ignored by a module without them. The small preset's default is 2 (its ``PRESETS["small"]["plan"]``).
     encoder_lr_steps
-        ``None``: the encoder follows the run's schedule. A number ``N``: the encoder's warm-up + cosine schedule
+        ``"run"``: the encoder follows the run's schedule. A number ``N``: the encoder's warm-up + cosine schedule
         ends after at most ``N`` steps, after which the encoder (its weights and its BatchNorm's statistics), and with
         it the embedding, stays as it is while the rest of the model trains on; its gradients are then no longer
         computed, except under multi-process training. Both are given back when training ends, also on an error.
-        The small preset's default is its default length, 1,200 steps (``TRAINING_DEFAULTS``).
+        The small preset's default is its default length, 1,200 steps.
     **kwargs
         Passed to :class:`~scvi.train.TrainingPlan` (``lr``, ``weight_decay``, ``max_kl_weight``, ...).
     """
@@ -87,17 +87,17 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         kl_warmup_fraction: float = 0.1,
         max_kl_warmup_steps: int = 2500,
         decoder_gene_offset_lr_scale: float = 1.0,
-        encoder_lr_steps: int | None = None,
+        encoder_lr_steps: int | Literal["run"] = "run",
         **kwargs,
     ) -> None:
         scale = decoder_gene_offset_lr_scale
         if isinstance(scale, bool) or not (isinstance(scale, int | float) and scale > 0):
             raise ValueError(f"`decoder_gene_offset_lr_scale` must be a positive number, got {scale!r}.")
-        if encoder_lr_steps is not None and (
+        if encoder_lr_steps != "run" and (
             isinstance(encoder_lr_steps, bool) or not isinstance(encoder_lr_steps, int) or encoder_lr_steps < 1
         ):
             raise ValueError(
-                "`encoder_lr_steps` must be a positive integer, or None for the run's schedule; "
+                "`encoder_lr_steps` must be a positive integer, or 'run' for the run's schedule; "
                 f"got {encoder_lr_steps!r}."
             )
         super().__init__(
@@ -137,9 +137,9 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         creator = super().get_optimizer_creator()
         offset = self.module.decoder.gene_offset
         offset = None if offset is None or self.decoder_gene_offset_lr_scale == 1.0 else offset.weight
-        if offset is None and self.encoder_lr_steps is None:
+        if offset is None and self.encoder_lr_steps == "run":
             return creator
-        encoder = {id(p) for p in self.module.encoder.parameters()} if self.encoder_lr_steps is not None else set()
+        encoder = {id(p) for p in self.module.encoder.parameters()} if self.encoder_lr_steps != "run" else set()
 
         def grouped(params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
             params = list(params)
@@ -160,7 +160,8 @@ class SCTrilemmaTrainingPlan(TrainingPlan):
         if self.n_epochs_kl_warmup is None and self.n_steps_kl_warmup is None:
             self.n_steps_kl_warmup = planned_warmup(self.kl_warmup_fraction, self.max_kl_warmup_steps, planned)
         # The encoder's schedule: the run's, or as long as ``encoder_lr_steps`` when that comes first.
-        self._encoder_total_steps = math.inf if self.encoder_lr_steps is None else min(planned, self.encoder_lr_steps)
+        steps = self.encoder_lr_steps
+        self._encoder_total_steps = math.inf if steps == "run" else min(planned, steps)
         if not self.reduce_lr_on_plateau:
             warmup_steps = planned_warmup(self.lr_warmup_fraction, self.max_lr_warmup_steps, planned)
 
