@@ -84,9 +84,9 @@ class SCTrilemma(
         Registry of a saved model; used by :meth:`load` to build a model without data.
     preset
         ``"paper"`` (the paper's sizes and recipe) or ``"small"`` (CPU-sized), the same on every machine: the
-        device chooses precision and kernels, never the model. Its settings are ``PRESETS[preset]["model"]`` in
-        :mod:`sctrilemma.model`; the arguments below, and any other of those settings given as a keyword argument
-        (e.g. ``encoder_genes="all"``), override them. An argument left at ``None`` takes the preset's value.
+        device chooses precision and kernels, never the model. Its settings are the ``"model"`` group of
+        :data:`~sctrilemma.model.PRESETS`; the arguments below, and any other of those settings given as a keyword
+        argument (e.g. ``encoder_genes="all"``), override them. An argument left at ``None`` takes the preset's value.
     n_hidden
         Token width ``d``.
     n_latent_tokens
@@ -356,9 +356,10 @@ class SCTrilemma(
     ) -> None:
         """Train through scvi-tools' runner with :class:`~sctrilemma.train.SCTrilemmaTrainingPlan`.
 
-        Every argument left at ``None`` takes the preset's value (``PRESETS[preset]["train"]`` and ``["plan"]`` in
-        :mod:`sctrilemma.model`; the user guide's table). Both presets use AdamW with a linear warm-up then cosine
-        decay, a KL weight rising linearly to 5e-4, gradient clipping at 1.0 and ``precision="bf16-mixed"`` on CUDA.
+        Every argument left at ``None`` takes the preset's value (the ``"train"`` and ``"plan"`` groups of
+        :data:`~sctrilemma.model.PRESETS`; the user guide's table). Both presets use AdamW with a linear warm-up then
+        cosine decay, a KL weight rising linearly to 5e-4, gradient clipping at 1.0 and ``precision="bf16-mixed"`` on
+        CUDA.
         Cells with fewer than ``min_expressed_genes`` expressed genes are left out of training (they go to the test
         split). The small preset's encoder, and so the embedding, stops learning after 1,200 steps
         (``encoder_lr_steps``) while a longer run trains the decoder on.

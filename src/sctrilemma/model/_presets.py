@@ -34,11 +34,7 @@ if TYPE_CHECKING:
 
 Preset = Literal["paper", "small"]
 
-#: Each preset's settings: ``"model"`` (:class:`~sctrilemma.SCTrilemma`'s keyword arguments), ``"plan"``
-#: (``train(plan_kwargs=...)``) and ``"train"`` (:meth:`~sctrilemma.SCTrilemma.train`'s arguments and trainer
-#: keywords). Pass the same key in the same place to override a value; ``None`` there takes the preset's value.
-#: ``"train"``'s length is ``max_steps`` (that many steps, or one pass over the training cells where that is longer)
-#: or ``max_epochs_cap`` (scVI's epoch heuristic for the data's size, capped).
+# Each preset's settings; documented where sctrilemma.model exports it.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # The paper's model and recipe (Appendix B, "Architecture settings" and "Training").
     "paper": {
