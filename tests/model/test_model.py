@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 
 import mudata as md
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 from sctrilemma import SCTrilemma
 from sctrilemma.io._reference import read_reference
 from sctrilemma.model import PRESETS
+from sctrilemma.module import SCTrilemmaModule
 
 
 def _trained(adata, tiny, **kwargs) -> SCTrilemma:
@@ -314,3 +316,10 @@ def test_backed_anndata(small_adata, tiny, tmp_path):
     assert latent.shape == (small_adata.n_obs, tiny["n_hidden"])
     assert model.get_pseudobulk_codes().shape[0] == small_adata.obs["donor"].nunique()
     assert model.get_normalized_expression(indices=np.arange(5)).shape == (5, small_adata.n_vars)
+
+
+def test_the_paper_preset_is_the_modules_defaults():
+    """``preset="paper"`` builds the module of the paper: its defaults, whose parameter count tests/module checks."""
+    defaults = inspect.signature(SCTrilemmaModule).parameters
+    for key, value in PRESETS["paper"]["model"].items():
+        assert defaults[key].default == value, key
