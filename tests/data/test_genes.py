@@ -187,3 +187,12 @@ def test_mouse_symbols_against_a_human_vocabulary_with_symbols() -> None:
     assert np.mean([s != h for s, h in zip(mouse_style, human, strict=True)]) > 0.9
     with pytest.raises(ValueError, match="mouse symbols"):
         match_genes(mouse_style, var.index.to_numpy(), vocabulary_symbols=human)
+
+
+def test_symbols_against_a_vocabulary_of_symbols_name_the_smaller_panel() -> None:
+    vocabulary = ["CD3E", "MS4A1", "GAPDH", "TP53", "PPBP", "LYZ", "NKG7", "CD14"]
+    with pytest.raises(ValueError, match="both named by symbol") as info:
+        match_genes(["CD3E", "MS4A1", "OTHER"], vocabulary)
+    assert "Ensembl" not in str(info.value)
+    assert "best match by name" in str(info.value)
+    assert "min_overlap" in str(info.value)

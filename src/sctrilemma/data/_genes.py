@@ -149,6 +149,7 @@ def match_genes(
             candidates["symbol column"] = _lookup(symbols, vocab_symbols)
     by, (query_index, vocab_index) = max(candidates.items(), key=lambda item: np.unique(item[1][1]).size)
     match = GeneMatch(query_index, vocab_index, "symbol" if by.startswith("symbol") else by, names.size, vocab.size)
+    by = by if by != "ensembl" or _looks_ensembl(vocab) else "name"  # a vocabulary of symbols matched as named
     logger.info(
         "The query holds %d of the model's %d genes (%.1f%%), matched by %s; %d of its %d genes are not used.",
         match.n_found, vocab.size, 100 * match.vocabulary_fraction, by, names.size - match.n_matched, names.size,
@@ -157,7 +158,7 @@ def match_genes(
         raise ValueError(
             f"The query holds only {match.n_found} of the model's {vocab.size} genes "
             f"({100 * match.vocabulary_fraction:.1f}%, best match by {by}); at least {100 * min_fraction:.0f}% are "
-            f"needed. {_likely_cause(names, query_symbols, vocabulary_symbols)} If the query is of the model's "
+            f"needed. {_likely_cause(names, query_symbols, vocabulary_symbols, vocab)} If the query is of the model's "
             "species and measures fewer of its genes on purpose (a targeted panel), lower the threshold with "
             "`min_overlap` (`--min-overlap` for `sctrilemma embed`): its cells are then embedded from the genes "
             "it holds."
@@ -183,15 +184,21 @@ def _refuse_mouse_symbols(query_names, vocabulary_symbols) -> None:
         )
 
 
-def _likely_cause(names: np.ndarray, query_symbols, vocabulary_symbols) -> str:
+def _looks_ensembl(names) -> bool:
+    sample = names[: min(len(names), 2000)]
+    return bool(np.mean([bool(_ENSEMBL.match(str(n))) for n in sample]) > 0.5)
+
+
+def _likely_cause(names: np.ndarray, query_symbols, vocabulary_symbols, vocabulary: np.ndarray) -> str:
     sample = names[: min(names.size, 2000)]
     if any(str(n).startswith(("ENSMUSG", "ENSRNOG", "ENSDARG")) for n in sample):
         return "The query's Ensembl IDs are not human (e.g. ENSMUSG...): the model covers another species."
-    looks_ensembl = np.mean([bool(_ENSEMBL.match(str(n))) for n in sample]) > 0.5
-    if not looks_ensembl:
+    if not _looks_ensembl(sample):
         mixed_case = np.mean([str(n)[:1].isupper() and str(n)[1:].islower() for n in sample if len(str(n)) > 1]) > 0.5
         if mixed_case:
             return "The query's symbols look like mouse symbols (e.g. 'Cd3e'): the model covers another species."
+        if vocabulary_symbols is None and not _looks_ensembl(vocabulary):
+            return "The query's genes and the model's are both named by symbol: the query measures fewer of them."
         if vocabulary_symbols is None:
             return (
                 "The query names look like gene symbols but the model knows only Ensembl IDs: "
