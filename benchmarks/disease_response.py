@@ -164,7 +164,6 @@ def reconstruct(method: str, contrast: Contrast, genes: pd.Index, budget_s: floa
         scvi.model.SCVI.setup_anndata(reference)
         model = scvi.model.SCVI(reference, gene_likelihood="zinb")
         model.train(max_time=budget, enable_progress_bar=False)
-        query = query[:, query.var_names.isin(reference.var_names)].copy()
         scvi.model.SCVI.prepare_query_anndata(query, model)
         query_model = scvi.model.SCVI.load_query_data(query, model)
         query_model.is_trained_ = True  # zero-shot: the reference's weights, no query training
